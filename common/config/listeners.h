@@ -1,0 +1,24 @@
+// Parsing of Kafka's `listeners` / `advertised.listeners` values.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/util/status.h"
+
+namespace runnel::config {
+
+// One entry of a `listeners` value: NAME://host:port.
+struct Listener {
+  std::string name;  // e.g. PLAINTEXT
+  std::string host;  // "" means every address
+  int port = 0;
+  bool operator==(const Listener&) const = default;
+};
+
+// Parses a comma-separated listeners value. Names must be unique; only PLAINTEXT
+// security is supported so far.
+StatusOr<std::vector<Listener>> ParseListeners(std::string_view value);
+
+}  // namespace runnel::config

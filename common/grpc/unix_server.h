@@ -1,0 +1,36 @@
+// gRPC over Unix domain sockets: where each role listens, and how a role's server is
+// started (with grpc.health.v1) and how a client waits for it to be SERVING.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/util/status.h"
+
+namespace runnel::grpcutil {
+
+// unix socket path of `role` ("controllerd", "storaged", "brokerd", "supervisor").
+std::string SocketPath(const std::string& run_dir, const std::string& role);
+// "unix:<path>" target for a channel or a listening port.
+std::string UnixTarget(const std::string& socket_path);
+
+// Builds and starts a server on the Unix socket `socket_path` with `services` and the
+// standard health service, then sets the socket's mode to 0660. A stale socket file
+// from a dead process is removed first.
+StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(
+    const std::string& socket_path, const std::vector<grpc::Service*>& services);
+
+// Sets the overall health of `server` (the "" service) to SERVING or NOT_SERVING.
+void SetServing(grpc::Server& server, bool serving);
+
+// An insecure channel to a Unix socket.
+std::shared_ptr<grpc::Channel> UnixChannel(const std::string& socket_path);
+
+// Asks grpc.health.v1.Health/Check once; OK when the answer is SERVING.
+Status CheckServing(const std::string& socket_path, std::chrono::milliseconds deadline);
+
+}  // namespace runnel::grpcutil
