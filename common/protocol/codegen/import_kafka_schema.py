@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Converts Apache Kafka's message JSON files into Runnel's schema files.
+
+Usage: import_kafka_schema.py [--check] <kafka messages dir> <output dir>
+
+With --check nothing is written: the exit status is 1 if <output dir> differs from what the
+import would produce (a stale or hand-broken schema file), 0 if it matches.
+
+Only the facts the codec needs are carried over (names, types, version ranges, nullability,
+tags, defaults, ignorable, entity types); Kafka's descriptive texts and comments are dropped.
+Every request/response with an apiKey is imported, plus RequestHeader and ResponseHeader.
+The format is described in common/protocol/schema/README.md.
+"""
+
+import json
+import os
+import sys
+
+# Field attributes written after the type, in this order.
+_KEEP_HEADER_KINDS = ("request", "response", "header")
+
+
+def _strip_comments(text):
+    # Kafka's files are JSON with whole-line // comments (license header, notes).
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
+
+
+def _norm_versions(v):
+    v = str(v).strip()
+    return v
+
+
+def _default_literal(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    s = str(value)
+    if s.lower() in ("true", "false"):
+        return s.lower()
+    if s == "":
+        return '""'
+    if any(c.isspace() for c in s) or '"' in s:
+        return json.dumps(s)
+    return s
+
+
+def _field_line(f, indent):
+    parts = [f["name"], f["type"], "versions=" + _norm_versions(f["versions"])]
+    if "nullableVersions" in f:
+        parts.append("nullable=" + _norm_versions(f["nullableVersions"]))
+    if "flexibleVersions" in f:
+        parts.append("flexible=" + _norm_versions(f["flexibleVersions"]))
+    if "tag" in f:
+        parts.append("tag=" + str(int(f["tag"])))
+        parts.append("tagged=" + _norm_versions(f["taggedVersions"]))
+    elif "taggedVersions" in f:
+        raise ValueError("field %s has taggedVersions without tag" % f["name"])
+    if "default" in f:
+        parts.append("default=" + _default_literal(f["default"]))
+    if f.get("ignorable") is True:
+        parts.append("ignorable")
+    if "entityType" in f:
+        parts.append("entity=" + f["entityType"])
+    return "  " * indent + " ".join(parts)
+
+
+def _emit_fields(fields, indent, out):
+    for f in fields:
+        out.append(_field_line(f, indent))
+        if "fields" in f:
+            _emit_fields(f["fields"], indent + 1, out)
+
+
+def convert(doc, source_name):
+    kind = doc["type"]
+    head = [kind, doc["name"]]
+    if "apiKey" in doc:
+        head.append("key=%d" % doc["apiKey"])
+    head.append("versions=" + _norm_versions(doc["validVersions"]))
+    head.append("flexible=" + _norm_versions(doc["flexibleVersions"]))
+    if "deprecatedVersions" in doc:
+        head.append("deprecated=" + _norm_versions(doc["deprecatedVersions"]))
+    if doc.get("latestVersionUnstable"):
+        head.append("latest-unstable")
+    if "listeners" in doc:
+        head.append("listeners=" + ",".join(doc["listeners"]))
+    out = [
+        "# %s: imported from Apache Kafka's %s (Apache-2.0) by codegen/import_kafka_schema.py."
+        % (doc["name"], source_name),
+        " ".join(head),
+    ]
+    _emit_fields(doc["fields"], 1, out)
+    for cs in doc.get("commonStructs", []):
+        line = "struct " + cs["name"]
+        if "versions" in cs:
+            line += " versions=" + _norm_versions(cs["versions"])
+        out.append(line)
+        _emit_fields(cs["fields"], 1, out)
+    return "\n".join(out) + "\n"
+
+
+def main(argv):
+    check = len(argv) > 1 and argv[1] == "--check"
+    if check:
+        argv = argv[:1] + argv[2:]
+    if len(argv) != 3:
+        sys.stderr.write(__doc__)
+        return 2
+    src, dst = argv[1], argv[2]
+    if not check:
+        os.makedirs(dst, exist_ok=True)
+    count = 0
+    expected = set()
+    stale = []
+    for name in sorted(os.listdir(src)):
+        if not name.endswith(".json"):
+            continue
+        with open(os.path.join(src, name), encoding="utf-8") as fh:
+            doc = json.loads(_strip_comments(fh.read()))
+        if doc.get("type") not in _KEEP_HEADER_KINDS:
+            continue
+        if doc["type"] != "header" and "apiKey" not in doc:
+            continue
+        text = convert(doc, name)
+        out_path = os.path.join(dst, doc["name"] + ".schema")
+        expected.add(os.path.basename(out_path))
+        count += 1
+        if check:
+            try:
+                with open(out_path, encoding="utf-8") as fh:
+                    if fh.read() != text:
+                        stale.append(out_path + " differs")
+            except FileNotFoundError:
+                stale.append(out_path + " is missing")
+            continue
+        with open(out_path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    if check:
+        extra = [n for n in os.listdir(dst) if n.endswith(".schema") and n not in expected]
+        stale += [os.path.join(dst, n) + " has no Kafka counterpart" for n in sorted(extra)]
+        for line in stale:
+            print(line)
+        print("%d schema files checked, %d problems" % (count, len(stale)))
+        return 1 if stale else 0
+    print("wrote %d schema files to %s" % (count, dst))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
