@@ -6,12 +6,17 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 
 namespace runnel::grpcutil {
 
 std::string SocketPath(const std::string& run_dir, const std::string& role) {
-  return fmt::format("{}/{}.sock", run_dir, role);
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::absolute(run_dir, ec);
+  if (ec) dir = run_dir;
+  return (dir.lexically_normal() / (role + ".sock")).string();
 }
 
 std::string UnixTarget(const std::string& socket_path) {
@@ -23,6 +28,9 @@ StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(
   if (socket_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
     return absl::InvalidArgumentError(
         fmt::format("socket path {} is too long for a Unix socket", socket_path));
+  }
+  if (services.empty()) {
+    return absl::InvalidArgumentError("a gRPC server needs at least one service besides health");
   }
   ::unlink(socket_path.c_str());
   grpc::EnableDefaultHealthCheckService(true);

@@ -13,14 +13,15 @@
 
 namespace runnel::grpcutil {
 
-// unix socket path of `role` ("controllerd", "storaged", "brokerd", "supervisor").
+// Absolute Unix socket path of `role` ("controllerd", "storaged", "brokerd", "supervisor").
 std::string SocketPath(const std::string& run_dir, const std::string& role);
 // "unix:<path>" target for a channel or a listening port.
 std::string UnixTarget(const std::string& socket_path);
 
 // Builds and starts a server on the Unix socket `socket_path` with `services` and the
 // standard health service, then sets the socket's mode to 0660. A stale socket file
-// from a dead process is removed first.
+// from a dead process is removed first. `services` must not be empty: gRPC's built-in health
+// service alone gives the server no completion queue to poll, and it refuses to start.
 StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(
     const std::string& socket_path, const std::vector<grpc::Service*>& services);
 
