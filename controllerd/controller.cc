@@ -1,0 +1,691 @@
+#include "controllerd/controller.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "common/config/config.h"
+#include "common/config/topic_config.h"
+#include "common/log/log.h"
+#include "common/protocol/error_code.h"
+#include "common/util/topic_name.h"
+
+namespace runnel::controllerd {
+
+using protocol::ErrorCode;
+
+namespace {
+
+std::shared_ptr<spdlog::logger> Logger() { return log::Get("controllerd.controller"); }
+
+// Runnel's metadata.version (the FeatureLevelRecord written on the first start).
+constexpr int32_t kMetadataVersion = 1;
+// Bounds what one CreateTopics topic may allocate; Kafka bounds the records of one
+// operation too.
+constexpr int32_t kMaxPartitionsPerTopic = 100000;
+
+const std::string kZeroUuid(kUuidSize, '\0');
+
+// '.' and '_' collide in metric names, so Kafka refuses topics differing only by them.
+std::string UnifyCollisionChars(const std::string& name) {
+  std::string out = name;
+  std::replace(out.begin(), out.end(), '.', '_');
+  return out;
+}
+
+void SetError(controller::CreatableTopicResult* r, ErrorCode code, std::string message) {
+  r->set_error_code(static_cast<int32_t>(code));
+  r->set_error_message(std::move(message));
+}
+
+void SetError(controller::DeletableTopicResult* r, ErrorCode code, std::string message) {
+  r->set_error_code(static_cast<int32_t>(code));
+  r->set_error_message(std::move(message));
+}
+
+}  // namespace
+
+ControllerOptions ControllerOptions::FromConfig(const config::Config& config) {
+  ControllerOptions o;
+  o.node_id = config.GetInt("node.id");
+  o.default_num_partitions = config.GetInt("num.partitions");
+  o.default_replication_factor = config.GetInt("default.replication.factor");
+  o.snapshot_interval_bytes = config.GetLong("metadata.log.max.record.bytes.between.snapshots");
+  return o;
+}
+
+// ---- Watcher ----------------------------------------------------------------------------
+
+bool Watcher::Push(UpdatePtr update) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return false;
+  if (queue_.size() >= capacity_) {
+    closed_ = absl::ResourceExhaustedError(fmt::format(
+        "metadata watcher fell more than {} updates behind; reconnect with from_offset = the "
+        "last applied offset + 1",
+        capacity_));
+    cv_.notify_all();
+    return false;
+  }
+  queue_.push_back(std::move(update));
+  cv_.notify_all();
+  return true;
+}
+
+void Watcher::Close(Status why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!closed_) closed_ = std::move(why);
+  cv_.notify_all();
+}
+
+StatusOr<UpdatePtr> Watcher::Next(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !queue_.empty() || closed_.has_value(); });
+  if (!queue_.empty()) {
+    UpdatePtr u = std::move(queue_.front());
+    queue_.pop_front();
+    return u;
+  }
+  if (closed_) return *closed_;
+  return UpdatePtr();
+}
+
+bool Watcher::closed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_.has_value();
+}
+
+// ---- Controller: open, replay, commit ---------------------------------------------------
+
+Controller::Controller(const ControllerOptions& options, std::unique_ptr<MetadataLog> log)
+    : options_(options),
+      log_(std::move(log)),
+      uuids_(options.seed ? UuidGenerator(*options.seed) : UuidGenerator()),
+      rng_(options.seed ? *options.seed ^ 0x9E3779B97F4A7C15ull : std::random_device{}()) {}
+
+Controller::~Controller() { Shutdown(); }
+
+StatusOr<std::unique_ptr<Controller>> Controller::Open(const ControllerOptions& options,
+                                                       std::unique_ptr<MetadataLog> log) {
+  std::unique_ptr<Controller> c(new Controller(options, std::move(log)));
+  RUNNEL_RETURN_IF_ERROR(c->Replay());
+  return c;
+}
+
+Status Controller::Replay() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto logger = Logger();
+  RUNNEL_ASSIGN_OR_RETURN(std::optional<Snapshot> snap, log_->LatestSnapshot());
+  int64_t from = log_->StartOffset();
+  if (snap) {
+    RUNNEL_RETURN_IF_ERROR(image_.Load(snap->id.end_offset - 1, snap->image));
+    from = snap->id.end_offset;
+  }
+  int64_t replayed = 0;
+  RUNNEL_RETURN_IF_ERROR(log_->Read(from, [&](const LogEntry& e) {
+    ++replayed;
+    return image_.Apply(e.offset, e.batch);
+  }));
+  // A single voter is its own leader; each start is a new term, as a Raft election would give.
+  term_ = log_->LastTerm() + 1;
+  logger->info("replayed metadata: snapshot {}, {} entr{} after it; now at offset {}, term {}",
+               snap ? logformat::SnapshotFileName(snap->id) : "none", replayed,
+               replayed == 1 ? "y" : "ies", image_.offset(), term_);
+
+  if (image_.cluster_id().empty()) {
+    metadata::MetadataRecordBatch batch;
+    std::string cluster_id = UuidToBase64(uuids_.Next());
+    batch.add_records()->mutable_cluster_id()->set_cluster_id(cluster_id);
+    auto* f = batch.add_records()->mutable_feature_level();
+    f->set_name("metadata.version");
+    f->set_feature_level(kMetadataVersion);
+    RUNNEL_RETURN_IF_ERROR(CommitLocked(std::move(batch)).status());
+    logger->info("new cluster: id {}", cluster_id);
+  }
+  return absl::OkStatus();
+}
+
+Status Controller::CheckUsableLocked() const {
+  if (!fatal_.ok()) return fatal_;
+  if (shut_down_) return absl::UnavailableError("controller is shutting down");
+  return absl::OkStatus();
+}
+
+void Controller::Fail(const Status& why) {
+  if (!fatal_.ok()) return;
+  fatal_ = absl::UnavailableError(
+      fmt::format("controller stopped after a fatal error: {}", std::string(why.message())));
+  Logger()->critical("{}", std::string(fatal_.message()));
+  for (auto& w : watchers_) w->Close(fatal_);
+  watchers_.clear();
+  if (fatal_handler_) fatal_handler_(fatal_);
+}
+
+StatusOr<int64_t> Controller::CommitLocked(metadata::MetadataRecordBatch batch) {
+  RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
+  StatusOr<int64_t> offset = log_->Append(term_, batch);
+  if (!offset.ok()) {
+    // A batch too big to be an entry is this request's problem; anything else is the disk's.
+    if (offset.status().code() != absl::StatusCode::kInvalidArgument) Fail(offset.status());
+    return offset.status();
+  }
+  if (Status st = image_.Apply(*offset, batch); !st.ok()) {
+    Fail(st);
+    return fatal_;
+  }
+
+  auto update = std::make_shared<controller::MetadataUpdate>();
+  update->set_offset(*offset);
+  update->set_is_snapshot(false);
+  *update->mutable_records() = std::move(*batch.mutable_records());
+  UpdatePtr shared = std::move(update);
+  for (auto it = watchers_.begin(); it != watchers_.end();) {
+    if ((*it)->Push(shared)) {
+      ++it;
+    } else {
+      Logger()->warn("a metadata watcher fell behind at offset {}; its stream is ended", *offset);
+      it = watchers_.erase(it);
+    }
+  }
+
+  if (log_->BytesSinceSnapshot() >= static_cast<uint64_t>(options_.snapshot_interval_bytes)) {
+    Status st = log_->WriteSnapshot(SnapshotId{log_->EndOffset(), term_}, image_.ToRecords());
+    // The log still has everything; the next commit tries again.
+    if (!st.ok()) Logger()->warn("snapshot failed: {}", std::string(st.message()));
+  }
+  return *offset;
+}
+
+void Controller::Shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  for (auto& w : watchers_) w->Close(absl::UnavailableError("controller is shutting down"));
+  watchers_.clear();
+  if (log_) {
+    Status st = log_->Close();
+    if (!st.ok()) Logger()->warn("closing the metadata log: {}", std::string(st.message()));
+  }
+}
+
+void Controller::SetFatalErrorHandler(std::function<void(const Status&)> handler) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fatal_handler_ = std::move(handler);
+}
+
+MetadataImage Controller::Image() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return image_;
+}
+
+std::vector<int32_t> Controller::UnfencedBrokersLocked() const {
+  std::vector<int32_t> out;
+  for (const auto& [id, b] : image_.brokers()) {
+    if (!b.fenced()) out.push_back(id);
+  }
+  return out;
+}
+
+// ---- CreateTopics -----------------------------------------------------------------------
+
+StatusOr<controller::CreateTopicsResponse> Controller::CreateTopics(
+    const controller::CreateTopicsRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
+
+  std::map<std::string, int> name_counts;
+  for (const auto& t : request.topics()) ++name_counts[t.name()];
+  // Existing and to-be-created names with '.' unified to '_', for the collision check.
+  std::map<std::string, std::string> unified;
+  for (const auto& [name, topic] : image_.topics()) unified[UnifyCollisionChars(name)] = name;
+  std::set<std::string> new_ids;
+  const std::vector<int32_t> unfenced = UnfencedBrokersLocked();
+
+  controller::CreateTopicsResponse response;
+  metadata::MetadataRecordBatch batch;
+  for (const controller::CreatableTopic& t : request.topics()) {
+    controller::CreatableTopicResult* r = response.add_topics();
+    r->set_name(t.name());
+    r->set_topic_id(kZeroUuid);
+    r->set_num_partitions(-1);
+    r->set_replication_factor(-1);
+
+    if (name_counts[t.name()] > 1) {
+      SetError(r, ErrorCode::kInvalidRequest, "Duplicate topic name.");
+      continue;
+    }
+    if (std::string why = TopicNameError(t.name()); !why.empty()) {
+      SetError(r, ErrorCode::kInvalidTopicException, why);
+      continue;
+    }
+    if (image_.TopicByName(t.name()) != nullptr) {
+      SetError(r, ErrorCode::kTopicAlreadyExists,
+               fmt::format("Topic '{}' already exists.", t.name()));
+      continue;
+    }
+    if (auto it = unified.find(UnifyCollisionChars(t.name())); it != unified.end()) {
+      SetError(r, ErrorCode::kInvalidTopicException,
+               fmt::format("Topic '{}' collides with existing topic: {}", t.name(), it->second));
+      continue;
+    }
+
+    // Configs (a later duplicate of a key wins, as Kafka's request map does).
+    std::map<std::string, std::string> configs;
+    std::string config_error;
+    for (const auto& c : t.configs()) {
+      if (!c.has_value()) {
+        config_error = fmt::format("Null value not supported for topic configs: {}", c.name());
+        break;
+      }
+      configs[c.name()] = c.value();
+    }
+    if (config_error.empty()) {
+      if (Status st = config::ValidateTopicConfigs(configs); !st.ok()) {
+        config_error = std::string(st.message());
+      }
+    }
+    if (!config_error.empty()) {
+      SetError(r, ErrorCode::kInvalidConfig, config_error);
+      continue;
+    }
+
+    // Placement: replicas per partition.
+    std::vector<std::vector<int32_t>> placement;
+    if (!t.assignments().empty()) {
+      if (t.replication_factor() != -1) {
+        SetError(r, ErrorCode::kInvalidRequest,
+                 "A manual partition assignment was specified, but replication factor was not "
+                 "set to -1.");
+        continue;
+      }
+      if (t.num_partitions() != -1) {
+        SetError(r, ErrorCode::kInvalidRequest,
+                 "A manual partition assignment was specified, but numPartitions was not set "
+                 "to -1.");
+        continue;
+      }
+      std::map<int32_t, std::vector<int32_t>> by_partition;
+      std::optional<size_t> replica_count;
+      std::string error;
+      for (const auto& a : t.assignments()) {
+        if (by_partition.count(a.partition_index())) {
+          error = fmt::format("Found multiple manual partition assignments for partition {}",
+                              a.partition_index());
+          break;
+        }
+        if (a.broker_ids().empty()) {
+          error = "The manual partition assignment includes an empty replica list.";
+          break;
+        }
+        std::vector<int32_t> sorted(a.broker_ids().begin(), a.broker_ids().end());
+        std::sort(sorted.begin(), sorted.end());
+        for (size_t i = 0; i < sorted.size() && error.empty(); ++i) {
+          if (!image_.brokers().count(sorted[i])) {
+            error = fmt::format(
+                "The manual partition assignment includes broker {}, but no such broker is "
+                "registered.",
+                sorted[i]);
+          } else if (i > 0 && sorted[i] == sorted[i - 1]) {
+            error = fmt::format(
+                "The manual partition assignment includes the broker {} more than once.",
+                sorted[i]);
+          }
+        }
+        if (!error.empty()) break;
+        if (replica_count && *replica_count != sorted.size()) {
+          error = fmt::format(
+              "The manual partition assignment includes a partition with {} replica(s), but "
+              "this is not consistent with previous partitions, which have {} replica(s).",
+              sorted.size(), *replica_count);
+          break;
+        }
+        replica_count = sorted.size();
+        bool any_active = std::any_of(sorted.begin(), sorted.end(),
+                                      [&](int32_t b) { return !image_.brokers().at(b).fenced(); });
+        if (!any_active) {
+          error = fmt::format(
+              "All brokers specified in the manual partition assignment for partition {} are "
+              "fenced or in controlled shutdown.",
+              a.partition_index());
+          break;
+        }
+        by_partition[a.partition_index()] =
+            std::vector<int32_t>(a.broker_ids().begin(), a.broker_ids().end());
+      }
+      if (error.empty()) {
+        for (int32_t i = 0; i < static_cast<int32_t>(by_partition.size()); ++i) {
+          if (!by_partition.count(i)) {
+            error = "partitions should be a consecutive 0-based integer sequence";
+            break;
+          }
+        }
+      }
+      if (!error.empty()) {
+        SetError(r, ErrorCode::kInvalidReplicaAssignment, error);
+        continue;
+      }
+      for (auto& [index, replicas] : by_partition) placement.push_back(std::move(replicas));
+    } else {
+      if (t.replication_factor() < -1 || t.replication_factor() == 0) {
+        SetError(r, ErrorCode::kInvalidReplicationFactor,
+                 "Replication factor must be larger than 0, or -1 to use the default value.");
+        continue;
+      }
+      if (t.num_partitions() < -1 || t.num_partitions() == 0) {
+        SetError(r, ErrorCode::kInvalidPartitions,
+                 "Number of partitions was set to an invalid non-positive value.");
+        continue;
+      }
+      int32_t partitions =
+          t.num_partitions() == -1 ? options_.default_num_partitions : t.num_partitions();
+      int32_t rf = t.replication_factor() == -1 ? options_.default_replication_factor
+                                                : t.replication_factor();
+      if (partitions > kMaxPartitionsPerTopic) {
+        SetError(r, ErrorCode::kInvalidPartitions,
+                 fmt::format("Number of partitions {} is more than the {} a topic may have.",
+                             partitions, kMaxPartitionsPerTopic));
+        continue;
+      }
+      if (unfenced.empty()) {
+        SetError(r, ErrorCode::kInvalidReplicationFactor,
+                 fmt::format("Unable to replicate the partition {} time(s): All brokers are "
+                             "currently fenced.",
+                             rf));
+        continue;
+      }
+      if (static_cast<size_t>(rf) > unfenced.size()) {
+        SetError(r, ErrorCode::kInvalidReplicationFactor,
+                 fmt::format("Unable to replicate the partition {} time(s): The target "
+                             "replication factor of {} cannot be reached because only {} "
+                             "broker(s) are registered.",
+                             rf, rf, unfenced.size()));
+        continue;
+      }
+      // Round-robin from a random start (rack awareness comes later).
+      size_t start = static_cast<size_t>(rng_() % unfenced.size());
+      for (int32_t p = 0; p < partitions; ++p) {
+        std::vector<int32_t> replicas;
+        for (int32_t i = 0; i < rf; ++i) {
+          replicas.push_back(unfenced[(start + static_cast<size_t>(p) + static_cast<size_t>(i)) %
+                                      unfenced.size()]);
+        }
+        placement.push_back(std::move(replicas));
+      }
+    }
+
+    // Valid: build the records.
+    std::string id = kZeroUuid;
+    if (!request.validate_only()) {
+      do {
+        id = uuids_.Next();
+      } while (image_.TopicById(id) != nullptr || new_ids.count(id));
+      new_ids.insert(id);
+      auto* tr = batch.add_records()->mutable_topic();
+      tr->set_name(t.name());
+      tr->set_topic_id(id);
+      for (const auto& [key, value] : configs) {
+        auto* c = batch.add_records()->mutable_config();
+        c->set_resource_type(metadata::CONFIG_RESOURCE_TOPIC);
+        c->set_resource_name(t.name());
+        c->set_name(key);
+        c->set_value(value);
+      }
+      for (size_t p = 0; p < placement.size(); ++p) {
+        auto* pr = batch.add_records()->mutable_partition();
+        pr->set_topic_id(id);
+        pr->set_partition_id(static_cast<int32_t>(p));
+        std::vector<int32_t> isr;
+        for (int32_t b : placement[p]) {
+          pr->add_replicas(b);
+          if (!image_.brokers().at(b).fenced()) isr.push_back(b);
+        }
+        for (int32_t b : isr) pr->add_isr(b);
+        pr->set_leader(isr.empty() ? -1 : isr.front());
+        pr->set_leader_epoch(0);
+        pr->set_partition_epoch(0);
+      }
+    }
+    unified[UnifyCollisionChars(t.name())] = t.name();
+    r->set_error_code(0);
+    r->clear_error_message();
+    r->set_topic_id(id);
+    r->set_num_partitions(static_cast<int32_t>(placement.size()));
+    r->set_replication_factor(static_cast<int32_t>(placement.front().size()));
+    for (const auto& [key, value] : config::EffectiveTopicConfigs(configs)) {
+      auto* c = r->add_configs();
+      c->set_name(key);
+      c->set_value(value);
+      c->set_read_only(false);
+      c->set_config_source(configs.count(key) ? controller::DYNAMIC_TOPIC_CONFIG
+                                              : controller::DEFAULT_CONFIG);
+      c->set_is_sensitive(false);
+    }
+  }
+
+  if (batch.records_size() > 0) {
+    RUNNEL_ASSIGN_OR_RETURN(int64_t offset, CommitLocked(std::move(batch)));
+    for (const auto& r : response.topics()) {
+      if (r.error_code() == 0) {
+        Logger()->info("created topic {} ({} partition(s), replication factor {}) at offset {}",
+                       r.name(), r.num_partitions(), r.replication_factor(), offset);
+      }
+    }
+  }
+  return response;
+}
+
+// ---- DeleteTopics -----------------------------------------------------------------------
+
+StatusOr<controller::DeleteTopicsResponse> Controller::DeleteTopics(
+    const controller::DeleteTopicsRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
+
+  // Resolve each entry to a key naming the topic (its id when it exists), so the same topic
+  // asked twice, by name or by id, is caught.
+  struct Resolved {
+    bool by_id = false;
+    const MetadataImage::Topic* topic = nullptr;
+    std::string key;
+  };
+  std::vector<Resolved> resolved;
+  std::map<std::string, int> key_counts;
+  controller::DeleteTopicsResponse response;
+  for (const auto& t : request.topics()) {
+    controller::DeletableTopicResult* r = response.add_topics();
+    r->set_name(t.name());
+    r->set_topic_id(t.topic_id());
+    Resolved res;
+    bool has_name = !t.name().empty();
+    bool has_id = !t.topic_id().empty() && !IsZeroUuid(t.topic_id());
+    if (has_name && has_id) {
+      SetError(r, ErrorCode::kInvalidRequest, "You may not specify both topic name and topic id.");
+    } else if (!has_name && !has_id) {
+      SetError(r, ErrorCode::kInvalidRequest, "Neither topic name nor topic id was specified.");
+    } else if (has_id && t.topic_id().size() != kUuidSize) {
+      SetError(r, ErrorCode::kInvalidRequest,
+               fmt::format("A topic id is 16 bytes, not {}.", t.topic_id().size()));
+    } else if (has_name) {
+      res.topic = image_.TopicByName(t.name());
+      res.key = res.topic ? res.topic->id : "name:" + t.name();
+    } else {
+      res.by_id = true;
+      res.topic = image_.TopicById(t.topic_id());
+      res.key = res.topic ? res.topic->id : "id:" + t.topic_id();
+    }
+    if (!res.key.empty()) ++key_counts[res.key];
+    resolved.push_back(std::move(res));
+  }
+
+  metadata::MetadataRecordBatch batch;
+  for (int i = 0; i < response.topics_size(); ++i) {
+    controller::DeletableTopicResult* r = response.mutable_topics(i);
+    const Resolved& res = resolved[i];
+    if (res.key.empty()) continue;  // already answered
+    if (key_counts[res.key] > 1) {
+      SetError(r, ErrorCode::kInvalidRequest,
+               res.by_id ? "Duplicate topic id." : "Duplicate topic name.");
+      continue;
+    }
+    if (res.topic == nullptr) {
+      if (res.by_id) {
+        SetError(r, ErrorCode::kUnknownTopicId, "This server does not host this topic ID.");
+      } else {
+        SetError(r, ErrorCode::kUnknownTopicOrPartition,
+                 "This server does not host this topic-partition.");
+      }
+      continue;
+    }
+    r->set_name(res.topic->name);
+    r->set_topic_id(res.topic->id);
+    r->set_error_code(0);
+    batch.add_records()->mutable_remove_topic()->set_topic_id(res.topic->id);
+  }
+  if (batch.records_size() > 0) {
+    RUNNEL_ASSIGN_OR_RETURN(int64_t offset, CommitLocked(std::move(batch)));
+    for (const auto& r : response.topics()) {
+      if (r.error_code() == 0) Logger()->info("deleted topic {} at offset {}", r.name(), offset);
+    }
+  }
+  return response;
+}
+
+// ---- RegisterBroker / DescribeCluster ---------------------------------------------------
+
+StatusOr<controller::RegisterBrokerResponse> Controller::RegisterBroker(
+    const controller::RegisterBrokerRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
+  controller::RegisterBrokerResponse response;
+  response.set_broker_epoch(-1);
+  response.set_cluster_id(image_.cluster_id());
+  auto fail = [&](ErrorCode code, std::string message) {
+    response.set_error_code(static_cast<int32_t>(code));
+    response.set_error_message(std::move(message));
+    return response;
+  };
+
+  if (!request.cluster_id().empty() && request.cluster_id() != image_.cluster_id()) {
+    return fail(ErrorCode::kInconsistentClusterId,
+                fmt::format("Expected cluster ID {}, but got cluster ID {}.", image_.cluster_id(),
+                            request.cluster_id()));
+  }
+  if (request.broker_id() < 0) {
+    return fail(ErrorCode::kInvalidRegistration,
+                fmt::format("Invalid broker id {}: it must not be negative.", request.broker_id()));
+  }
+  if (!request.incarnation_id().empty() && !IsValidUuid(request.incarnation_id())) {
+    return fail(ErrorCode::kInvalidRegistration,
+                "The incarnation id must be 16 bytes and not all zero.");
+  }
+  if (request.endpoints().empty()) {
+    return fail(ErrorCode::kInvalidRegistration, "The broker must have at least one listener.");
+  }
+  std::set<std::string> listener_names;
+  for (const auto& e : request.endpoints()) {
+    if (e.name().empty() || e.host().empty() || e.port() < 1 || e.port() > 65535 ||
+        e.security_protocol() < 0 || e.security_protocol() > 3) {
+      return fail(ErrorCode::kInvalidRegistration,
+                  fmt::format("Invalid listener {}://{}:{} (security protocol {}).", e.name(),
+                              e.host(), e.port(), e.security_protocol()));
+    }
+    if (!listener_names.insert(e.name()).second) {
+      return fail(ErrorCode::kInvalidRegistration,
+                  fmt::format("Listener {} is given more than once.", e.name()));
+    }
+  }
+
+  // The broker epoch is the offset of the registration record (as in KRaft): the single
+  // writer knows it before appending.
+  int64_t epoch = log_->EndOffset();
+  metadata::MetadataRecordBatch batch;
+  auto* rec = batch.add_records()->mutable_register_broker();
+  rec->set_broker_id(request.broker_id());
+  rec->set_broker_epoch(epoch);
+  rec->set_incarnation_id(request.incarnation_id().empty() ? uuids_.Next()
+                                                           : request.incarnation_id());
+  *rec->mutable_endpoints() = request.endpoints();
+  if (request.has_rack()) rec->set_rack(request.rack());
+  rec->set_fenced(false);
+  bool again = image_.brokers().count(request.broker_id()) > 0;
+  RUNNEL_ASSIGN_OR_RETURN(int64_t offset, CommitLocked(std::move(batch)));
+  if (offset != epoch) {
+    return absl::InternalError(
+        fmt::format("registration committed at offset {}, expected {}", offset, epoch));
+  }
+  Logger()->info("broker {} {}registered with epoch {}", request.broker_id(), again ? "re-" : "",
+                 epoch);
+  response.set_error_code(0);
+  response.set_broker_epoch(epoch);
+  return response;
+}
+
+StatusOr<controller::DescribeClusterResponse> Controller::DescribeCluster() {
+  std::lock_guard<std::mutex> lock(mu_);
+  RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
+  controller::DescribeClusterResponse response;
+  response.set_error_code(0);
+  response.set_cluster_id(image_.cluster_id());
+  response.set_controller_id(options_.node_id);
+  response.set_metadata_offset(image_.offset());
+  for (const auto& [id, b] : image_.brokers()) {
+    auto* info = response.add_brokers();
+    info->set_broker_id(id);
+    info->set_broker_epoch(b.broker_epoch());
+    *info->mutable_endpoints() = b.endpoints();
+    if (b.has_rack()) info->set_rack(b.rack());
+    info->set_fenced(b.fenced());
+  }
+  return response;
+}
+
+// ---- WatchMetadata ----------------------------------------------------------------------
+
+UpdatePtr Controller::SnapshotUpdateLocked() const {
+  auto update = std::make_shared<controller::MetadataUpdate>();
+  update->set_offset(image_.offset());
+  update->set_is_snapshot(true);
+  *update->mutable_records() = std::move(*image_.ToRecords().mutable_records());
+  return update;
+}
+
+StatusOr<std::shared_ptr<Watcher>> Controller::Watch(int64_t from_offset) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
+  const int64_t start = log_->StartOffset();
+  const int64_t end = log_->EndOffset();
+  auto watcher = std::make_shared<Watcher>(options_.watcher_queue_capacity);
+  bool snapshot = from_offset <= 0 || from_offset < start || from_offset > end ||
+                  static_cast<uint64_t>(end - from_offset) >= options_.watcher_queue_capacity;
+  if (!snapshot) {
+    Status st = log_->Read(from_offset, [&](const LogEntry& e) {
+      auto update = std::make_shared<controller::MetadataUpdate>();
+      update->set_offset(e.offset);
+      update->set_is_snapshot(false);
+      *update->mutable_records() = e.batch.records();
+      if (!watcher->Push(std::move(update))) {
+        return absl::ResourceExhaustedError("catch-up larger than the watcher queue");
+      }
+      return absl::OkStatus();
+    });
+    if (!st.ok()) {
+      Logger()->warn("cannot replay the log from offset {} to a watcher ({}); sending the image",
+                     from_offset, std::string(st.message()));
+      watcher = std::make_shared<Watcher>(options_.watcher_queue_capacity);
+      snapshot = true;
+    }
+  }
+  if (snapshot) watcher->Push(SnapshotUpdateLocked());
+  watchers_.push_back(watcher);
+  return watcher;
+}
+
+void Controller::Unwatch(const std::shared_ptr<Watcher>& watcher) {
+  std::lock_guard<std::mutex> lock(mu_);
+  watchers_.erase(std::remove(watchers_.begin(), watchers_.end(), watcher), watchers_.end());
+  watcher->Close(absl::CancelledError("watch ended"));
+}
+
+}  // namespace runnel::controllerd
