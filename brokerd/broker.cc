@@ -1,0 +1,181 @@
+#include "brokerd/broker.h"
+
+#include <unistd.h>
+
+#include <random>
+
+#include <fmt/format.h>
+
+#include "common/config/listeners.h"
+#include "common/grpc/unix_server.h"
+#include "common/log/log.h"
+
+namespace runnel::brokerd {
+namespace {
+
+std::shared_ptr<spdlog::logger> Log() {
+  static auto logger = log::Get("brokerd");
+  return logger;
+}
+
+}  // namespace
+
+void Dispatcher::Dispatch(std::unique_ptr<RequestContext> request, Respond respond) {
+  if (!broker_.metadata.ready()) {
+    held_.emplace_back(std::move(request), std::move(respond));
+    return;
+  }
+  const int16_t key = request->header.api_key;
+  const int16_t version = request->header.api_version;
+  const ApiEntry* api = FindSupportedApi(key);
+  if (api != nullptr && version >= api->min_version && version <= api->max_version) {
+    try {
+      api->handler(broker_, std::move(request), respond);
+    } catch (const std::exception& e) {
+      KafkaLog()->error("handler for API {} v{} failed: {}; closing the connection", key, version,
+                        e.what());
+      respond(Response::Close());
+    }
+    return;
+  }
+  if (key == static_cast<int16_t>(protocol::ApiKey::kApiVersions)) {
+    return respond(UnsupportedApiVersionsResponse(*request));
+  }
+  const protocol::ApiSchemaInfo* schema = protocol::FindApiSchema(key);
+  KafkaLog()->warn("{} API {} ({}) v{} from {}; closing the connection",
+                   api ? "unsupported version of" : "unsupported", key,
+                   schema ? schema->name : "unknown", version, request->peer);
+  respond(Response::Close());
+}
+
+void Dispatcher::Release() {
+  auto held = std::move(held_);
+  held_.clear();
+  for (auto& [request, respond] : held) Dispatch(std::move(request), std::move(respond));
+}
+
+Broker::Broker(const config::Config& config)
+    : config_(config),
+      node_id_(config.GetInt("node.id")),
+      controller_(loop_, grpcutil::SocketPath(config.GetString("runnel.run.dir"), "controllerd")),
+      context_{loop_, config_, metadata_, controller_, node_id_},
+      dispatcher_(context_),
+      server_(loop_, dispatcher_,
+              ServerLimits{config.GetInt("socket.request.max.bytes"),
+                           config.GetInt("max.connections"),
+                           config.GetInt("max.connections.per.ip")}),
+      admin_(loop_, metadata_, server_, node_id_) {}
+
+Broker::~Broker() {
+  // Also after a failed Start(): close every handle before the members they point into go.
+  StopLoop();
+  loop_.Run();
+  controller_.Stop();
+  if (grpc_server_) grpc_server_->Shutdown(std::chrono::system_clock::now());
+}
+
+void Broker::StopLoop() {
+  loop_.Stop([this] {
+    if (grpc_server_) grpcutil::SetServing(*grpc_server_, false);
+    server_.Close();
+    // Close what else is open (signal handlers, pending timers) so the loop can end.
+    uv_walk(
+        loop_.raw(),
+        [](uv_handle_t* h, void*) {
+          if (!uv_is_closing(h) && h->type != UV_TCP) uv_close(h, nullptr);
+        },
+        nullptr);
+  });
+}
+
+Status Broker::Start() {
+  RUNNEL_ASSIGN_OR_RETURN(std::vector<config::Listener> listeners,
+                          config::ParseListeners(config_.Raw("listeners")));
+  RUNNEL_RETURN_IF_ERROR(server_.Listen(listeners));
+
+  // Advertise `advertised.listeners`, else `listeners` with the ports actually bound.
+  std::vector<config::Listener> advertised = listeners;
+  if (!config_.Raw("advertised.listeners").empty()) {
+    RUNNEL_ASSIGN_OR_RETURN(advertised, config::ParseListeners(config_.Raw("advertised.listeners")));
+  }
+  runnel::controller::RegisterBrokerRequest reg;
+  reg.set_broker_id(node_id_);
+  std::string incarnation(16, '\0');
+  std::random_device rd;
+  for (char& c : incarnation) c = static_cast<char>(rd());
+  reg.set_incarnation_id(incarnation);
+  for (const config::Listener& l : advertised) {
+    auto* ep = reg.add_endpoints();
+    ep->set_name(l.name);
+    std::string host = l.host;
+    if (host.empty() || host == "0.0.0.0" || host == "::") {
+      char name[256] = {0};
+      host = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+    }
+    ep->set_host(host);
+    auto bound = server_.bound_ports().find(l.name);
+    ep->set_port(l.port == 0 && bound != server_.bound_ports().end() ? bound->second : l.port);
+    ep->set_security_protocol(0);  // PLAINTEXT
+  }
+  if (std::string rack = config_.GetString("broker.rack"); !rack.empty()) reg.set_rack(rack);
+
+  runnel::controller::RegisterBrokerResponse reg_resp;
+  grpc::Status st = controller_.RegisterBrokerBlocking(
+      reg, std::chrono::system_clock::now() + std::chrono::seconds(30), &reg_resp);
+  if (!st.ok()) {
+    return absl::UnavailableError(
+        fmt::format("cannot register with the controller: {}", st.error_message()));
+  }
+  if (reg_resp.error_code() != 0) {
+    return absl::FailedPreconditionError(fmt::format(
+        "the controller refused the registration: {}", reg_resp.error_message()));
+  }
+  Log()->info("registered as broker {} (epoch {}) in cluster {}", node_id_,
+              reg_resp.broker_epoch(), reg_resp.cluster_id());
+
+  std::string socket = grpcutil::SocketPath(config_.GetString("runnel.run.dir"), "brokerd");
+  RUNNEL_ASSIGN_OR_RETURN(grpc_server_, grpcutil::StartUnixServer(socket, {&admin_}));
+  grpcutil::SetServing(*grpc_server_, false);
+  controller_.StartWatch(
+      [this](const runnel::controller::MetadataUpdate& update) { OnMetadata(update); });
+  return absl::OkStatus();
+}
+
+void Broker::OnMetadata(const runnel::controller::MetadataUpdate& update) {
+  bool was_ready = metadata_.ready();
+  if (!metadata_.Apply(update)) {
+    // Deltas arrive in order; an update at or before what we hold is a resend after a
+    // reconnect and is skipped.
+    if (update.offset() > metadata_.offset() + 1) {
+      Log()->warn("metadata delta at offset {} does not follow {}; skipped", update.offset(),
+                  metadata_.offset());
+    }
+    return;
+  }
+  if (!was_ready) {
+    Log()->info("metadata loaded at offset {}: {} topic(s), {} broker(s)", metadata_.offset(),
+                metadata_.topics().size(), metadata_.brokers().size());
+    grpcutil::SetServing(*grpc_server_, true);
+    dispatcher_.Release();
+  }
+}
+
+int Broker::Run() {
+  auto on_signal = [](uv_signal_t* handle, int signum) {
+    Log()->info("signal {} received, shutting down", signum);
+    static_cast<Broker*>(handle->data)->StopLoop();
+  };
+  uv_signal_init(loop_.raw(), &sigterm_);
+  uv_signal_init(loop_.raw(), &sigint_);
+  sigterm_.data = this;
+  sigint_.data = this;
+  uv_signal_start(&sigterm_, on_signal, SIGTERM);
+  uv_signal_start(&sigint_, on_signal, SIGINT);
+  loop_.Run();
+  controller_.Stop();
+  grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  Log()->info("stopped");
+  return 0;
+}
+
+}  // namespace runnel::brokerd

@@ -1,0 +1,70 @@
+// runnel-brokerd's application object: the Kafka listeners, the request dispatcher, the
+// metadata cache and the controller client, wired together. Built in this order and torn
+// down in reverse.
+//
+// Threads: the libuv loop thread owns the listeners, connections, handlers and the
+// metadata cache; gRPC threads run controller-call completions and only post to the loop;
+// one thread follows controllerd's metadata stream and posts each update to the loop.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "brokerd/admin_service.h"
+#include "brokerd/controller_client.h"
+#include "brokerd/handlers/handler.h"
+#include "brokerd/metadata_cache.h"
+#include "brokerd/net/event_loop.h"
+#include "brokerd/net/kafka_server.h"
+#include "common/config/config.h"
+
+namespace runnel::brokerd {
+
+class Dispatcher final : public RequestDispatcher {
+ public:
+  explicit Dispatcher(BrokerContext& broker) : broker_(broker) {}
+  void Dispatch(std::unique_ptr<RequestContext> request, Respond respond) override;
+  // Dispatches the requests held back while the metadata cache was empty.
+  void Release();
+
+ private:
+  BrokerContext& broker_;
+  std::vector<std::pair<std::unique_ptr<RequestContext>, Respond>> held_;
+};
+
+class Broker {
+ public:
+  explicit Broker(const config::Config& config);
+  ~Broker();
+
+  // Listens, registers with the controller, starts following the metadata and the gRPC
+  // health service. Blocking; call before Run().
+  Status Start();
+  // Runs the loop until SIGTERM/SIGINT, then shuts down. Returns the exit code.
+  int Run();
+
+  // For tests: the port bound for each listener.
+  const std::map<std::string, int>& bound_ports() const { return server_.bound_ports(); }
+
+ private:
+  void OnMetadata(const runnel::controller::MetadataUpdate& update);
+  // Thread-safe: closes the listeners, connections and other handles; Run() then returns.
+  void StopLoop();
+
+  const config::Config& config_;
+  int32_t node_id_;
+  EventLoop loop_;
+  MetadataCache metadata_;
+  ControllerClient controller_;
+  BrokerContext context_;
+  Dispatcher dispatcher_;
+  KafkaServer server_;
+  BrokerAdminImpl admin_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  uv_signal_t sigterm_;
+  uv_signal_t sigint_;
+};
+
+}  // namespace runnel::brokerd

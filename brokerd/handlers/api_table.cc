@@ -1,0 +1,44 @@
+// The APIs Runnel serves, each with the versions it really handles. A version is declared
+// here once: dispatch and the ApiVersions answer both read this table.
+#include "brokerd/handlers/handler.h"
+
+namespace runnel::brokerd {
+
+using protocol::ApiKey;
+
+std::span<const ApiEntry> SupportedApis() {
+  static const ApiEntry kApis[] = {
+      {ApiKey::kMetadata, 0, 12, &HandleMetadata},
+      {ApiKey::kApiVersions, 0, 4, &HandleApiVersions},
+      {ApiKey::kCreateTopics, 2, 7, &HandleCreateTopics},
+      {ApiKey::kDeleteTopics, 1, 6, &HandleDeleteTopics},
+      {ApiKey::kDescribeCluster, 0, 1, &HandleDescribeCluster},
+  };
+  return kApis;
+}
+
+const ApiEntry* FindSupportedApi(int16_t api_key) {
+  for (const ApiEntry& e : SupportedApis()) {
+    if (static_cast<int16_t>(e.key) == api_key) return &e;
+  }
+  return nullptr;
+}
+
+std::vector<BrokerAddress> BrokersOnListener(const MetadataCache& cache,
+                                             const std::string& listener) {
+  std::vector<BrokerAddress> out;
+  for (const auto& [id, b] : cache.brokers()) {
+    if (b.fenced) continue;
+    for (const auto& ep : b.endpoints) {
+      if (ep.name() == listener) out.push_back({b.id, ep.host(), ep.port(), b.rack});
+    }
+  }
+  return out;
+}
+
+std::shared_ptr<spdlog::logger> KafkaLog() {
+  static auto logger = log::Get("brokerd.kafka");
+  return logger;
+}
+
+}  // namespace runnel::brokerd

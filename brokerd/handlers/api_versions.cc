@@ -1,0 +1,53 @@
+// ApiVersions (key 18), v0-v4.
+#include <regex>
+
+#include "brokerd/handlers/handler.h"
+
+namespace runnel::brokerd {
+namespace {
+
+using protocol::ApiVersionsRequest;
+using protocol::ApiVersionsResponse;
+using protocol::ErrorCode;
+
+void FillApiKeys(ApiVersionsResponse& resp) {
+  for (const ApiEntry& e : SupportedApis()) {
+    ApiVersionsResponse::ApiVersion v;
+    v.api_key = static_cast<int16_t>(e.key);
+    v.min_version = e.min_version;
+    v.max_version = e.max_version;
+    resp.api_keys.push_back(v);
+  }
+}
+
+// Kafka's rule for ClientSoftwareName / ClientSoftwareVersion (v3+).
+bool ValidSoftwareField(const std::string& s) {
+  static const std::regex kPattern("[a-zA-Z0-9](?:[a-zA-Z0-9\\-.]*[a-zA-Z0-9])?");
+  return std::regex_match(s, kPattern);
+}
+
+}  // namespace
+
+Response UnsupportedApiVersionsResponse(const RequestContext& ctx) {
+  ApiVersionsResponse resp;
+  resp.error_code = static_cast<int16_t>(ErrorCode::kUnsupportedVersion);
+  FillApiKeys(resp);
+  return EncodeResponseAt(ctx, resp, 0);
+}
+
+void HandleApiVersions(BrokerContext&, std::unique_ptr<RequestContext> ctx, Respond respond) {
+  ApiVersionsRequest req;
+  if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
+
+  ApiVersionsResponse resp;
+  if (ctx->header.api_version >= 3 &&
+      (!ValidSoftwareField(req.client_software_name) ||
+       !ValidSoftwareField(req.client_software_version))) {
+    resp.error_code = static_cast<int16_t>(ErrorCode::kInvalidRequest);
+    return respond(EncodeResponse(*ctx, resp));
+  }
+  FillApiKeys(resp);
+  respond(EncodeResponse(*ctx, resp));
+}
+
+}  // namespace runnel::brokerd

@@ -1,0 +1,117 @@
+// CreateTopics (key 19), v2-v7: validated and written by controllerd; answered once this
+// broker's metadata cache shows the new topics (or the request's timeout passes).
+#include "brokerd/handlers/handler.h"
+#include "brokerd/handlers/wait.h"
+
+namespace runnel::brokerd {
+namespace {
+
+using protocol::CreateTopicsRequest;
+using protocol::CreateTopicsResponse;
+using protocol::ErrorCode;
+namespace ctl = runnel::controller;
+
+ctl::CreateTopicsRequest ToController(const CreateTopicsRequest& req) {
+  ctl::CreateTopicsRequest out;
+  out.set_validate_only(req.validate_only);
+  for (const auto& t : req.topics) {
+    ctl::CreatableTopic* topic = out.add_topics();
+    topic->set_name(t.name);
+    topic->set_num_partitions(t.num_partitions);
+    topic->set_replication_factor(t.replication_factor);
+    for (const auto& a : t.assignments) {
+      ctl::CreatableReplicaAssignment* assignment = topic->add_assignments();
+      assignment->set_partition_index(a.partition_index);
+      for (NodeId b : a.broker_ids) assignment->add_broker_ids(b.value());
+    }
+    for (const auto& c : t.configs) {
+      ctl::CreatableTopicConfig* config = topic->add_configs();
+      config->set_name(c.name);
+      if (c.value.has_value()) config->set_value(*c.value);
+    }
+  }
+  return out;
+}
+
+int8_t WireConfigSource(ctl::ConfigSource source) {
+  return source == ctl::CONFIG_SOURCE_UNKNOWN ? -1 : static_cast<int8_t>(source);
+}
+
+CreateTopicsResponse FromController(const ctl::CreateTopicsResponse& in) {
+  CreateTopicsResponse out;
+  for (const auto& t : in.topics()) {
+    CreateTopicsResponse::CreatableTopicResult r;
+    r.name = t.name();
+    r.topic_id = UuidFromBytes(t.topic_id());
+    r.error_code = static_cast<int16_t>(t.error_code());
+    if (t.has_error_message()) r.error_message = t.error_message();
+    r.num_partitions = t.num_partitions();
+    r.replication_factor = static_cast<int16_t>(t.replication_factor());
+    std::vector<CreateTopicsResponse::CreatableTopicConfigs> configs;
+    for (const auto& c : t.configs()) {
+      CreateTopicsResponse::CreatableTopicConfigs config;
+      config.name = c.name();
+      if (c.has_value()) config.value = c.value();
+      config.read_only = c.read_only();
+      config.config_source = WireConfigSource(c.config_source());
+      config.is_sensitive = c.is_sensitive();
+      configs.push_back(std::move(config));
+    }
+    r.configs = std::move(configs);
+    out.topics.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace
+
+void HandleCreateTopics(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
+                        Respond respond) {
+  CreateTopicsRequest req;
+  if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
+  if (req.topics.empty()) return respond(EncodeResponse(*ctx, CreateTopicsResponse()));
+
+  const int64_t timeout_ms = std::max<int32_t>(req.timeout_ms, 0);
+  // The controller gets at least a moment even when the client asked for no wait.
+  const auto call_timeout = std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 5000));
+  std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);
+  broker.controller.CreateTopics(
+      ToController(req), call_timeout,
+      [&broker, shared_ctx, req, respond, timeout_ms](const grpc::Status& status,
+                                                      const ctl::CreateTopicsResponse& result) {
+        if (!status.ok()) {
+          KafkaLog()->warn("CreateTopics: controller call failed: {}", status.error_message());
+          CreateTopicsResponse resp;
+          for (const auto& t : req.topics) {
+            CreateTopicsResponse::CreatableTopicResult r;
+            r.name = t.name;
+            r.error_code = static_cast<int16_t>(ControllerCallError(status));
+            r.error_message = status.error_message();
+            resp.topics.push_back(std::move(r));
+          }
+          return respond(EncodeResponse(*shared_ctx, resp));
+        }
+        auto resp = std::make_shared<CreateTopicsResponse>(FromController(result));
+        // Answer once the created topics are visible here, so the client's next Metadata
+        // request sees them.
+        auto created = std::make_shared<std::vector<std::string>>();
+        if (!req.validate_only) {
+          for (const auto& t : resp->topics) {
+            if (t.error_code == 0) created->push_back(t.name);
+          }
+        }
+        WaitForMetadata(
+            broker,
+            [&broker, created] {
+              for (const auto& name : *created) {
+                if (broker.metadata.FindTopic(name) == nullptr) return false;
+              }
+              return true;
+            },
+            timeout_ms, [shared_ctx, resp, respond] {
+              respond(EncodeResponse(*shared_ctx, *resp));
+            });
+      });
+}
+
+}  // namespace runnel::brokerd

@@ -1,0 +1,43 @@
+// DescribeCluster (key 60), v0-v1: answered from the local metadata cache.
+#include "brokerd/handlers/handler.h"
+
+namespace runnel::brokerd {
+namespace {
+
+using protocol::DescribeClusterRequest;
+using protocol::DescribeClusterResponse;
+using protocol::ErrorCode;
+
+constexpr int8_t kEndpointTypeBroker = 1;
+
+}  // namespace
+
+void HandleDescribeCluster(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
+                           Respond respond) {
+  DescribeClusterRequest req;
+  if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
+
+  DescribeClusterResponse resp;
+  resp.endpoint_type = req.endpoint_type;
+  if (req.endpoint_type != kEndpointTypeBroker) {
+    resp.error_code = static_cast<int16_t>(ErrorCode::kUnsupportedEndpointType);
+    resp.error_message = "This endpoint serves brokers; controllers are not reachable here.";
+    return respond(EncodeResponse(*ctx, resp));
+  }
+  resp.cluster_id = broker.metadata.cluster_id();
+  resp.controller_id = NodeId(broker.node_id);
+  for (BrokerAddress& b : BrokersOnListener(broker.metadata, ctx->listener)) {
+    DescribeClusterResponse::DescribeClusterBroker out;
+    out.broker_id = NodeId(b.id);
+    out.host = std::move(b.host);
+    out.port = b.port;
+    out.rack = std::move(b.rack);
+    resp.brokers.push_back(std::move(out));
+  }
+  if (req.include_cluster_authorized_operations) {
+    resp.cluster_authorized_operations = kAllClusterOperations;
+  }
+  respond(EncodeResponse(*ctx, resp));
+}
+
+}  // namespace runnel::brokerd

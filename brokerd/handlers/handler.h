@@ -1,0 +1,109 @@
+// What every Kafka API handler shares: the broker's state it reads, the table of supported
+// APIs, and decoding/encoding helpers.
+//
+// A handler reads top to bottom: decode, whole-request checks, per-item validation as a
+// flat list of "error and continue", the work, the response. It calls `respond` exactly
+// once, on the loop thread (possibly later, after an async controller call).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "brokerd/controller_client.h"
+#include "brokerd/metadata_cache.h"
+#include "brokerd/net/event_loop.h"
+#include "brokerd/net/request.h"
+#include "common/config/config.h"
+#include "common/config/listeners.h"
+#include "common/log/log.h"
+#include "common/protocol/error_code.h"
+#include "common/protocol/messages.h"
+
+namespace runnel::brokerd {
+
+struct BrokerContext {
+  EventLoop& loop;
+  const config::Config& config;
+  MetadataCache& metadata;
+  ControllerClient& controller;
+  int32_t node_id;
+};
+
+using HandlerFn = void (*)(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+
+struct ApiEntry {
+  protocol::ApiKey key;
+  int16_t min_version;
+  int16_t max_version;
+  HandlerFn handler;
+};
+
+// The one table of the APIs Runnel serves: dispatch and the ApiVersions answer both read it.
+std::span<const ApiEntry> SupportedApis();
+const ApiEntry* FindSupportedApi(int16_t api_key);
+
+void HandleApiVersions(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleMetadata(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleCreateTopics(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleDeleteTopics(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleDescribeCluster(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+
+// The ApiVersions answer to a version we do not serve: v0-shaped, UNSUPPORTED_VERSION,
+// with the advertised list, so the client can pick a version and retry.
+Response UnsupportedApiVersionsResponse(const RequestContext& ctx);
+
+std::shared_ptr<spdlog::logger> KafkaLog();
+
+// Operations allowed with no authorizer configured: every operation the resource type has,
+// as Kafka's bit set (1 << AclOperation code).
+constexpr int32_t kAllTopicOperations =
+    (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
+constexpr int32_t kAllClusterOperations =
+    (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
+
+// A live broker as clients reach it through one listener.
+struct BrokerAddress {
+  int32_t id;
+  std::string host;
+  int32_t port;
+  std::optional<std::string> rack;
+};
+// Every unfenced broker's endpoint for the listener named `listener`, by broker id.
+std::vector<BrokerAddress> BrokersOnListener(const MetadataCache& cache,
+                                             const std::string& listener);
+
+// Decodes the request body as `Req`; false (after logging one line) when it is malformed,
+// in which case the handler answers Response::Close(), as Kafka closes the connection.
+template <typename Req>
+bool DecodeRequest(const RequestContext& ctx, Req* out) {
+  protocol::Reader reader(ctx.body());
+  Status st = out->Decode(reader, ctx.header.api_version);
+  if (!st.ok()) {
+    KafkaLog()->warn("malformed {} v{} request from {} (client {}): {}; closing the connection",
+                     protocol::FindApiSchema(ctx.header.api_key)->name, ctx.header.api_version,
+                     ctx.peer, ctx.header.client_id.value_or(""), std::string(st.message()));
+    return false;
+  }
+  return true;
+}
+
+// Encodes the response header (v0 or v1, as the API and version require) and `body`.
+template <typename Resp>
+Response EncodeResponse(const RequestContext& ctx, const Resp& body) {
+  return EncodeResponseAt(ctx, body, ctx.header.api_version);
+}
+
+template <typename Resp>
+Response EncodeResponseAt(const RequestContext& ctx, const Resp& body, int16_t version) {
+  Response r;
+  protocol::Writer writer(r.bytes);
+  protocol::ResponseHeader header;
+  header.correlation_id = ctx.header.correlation_id;
+  header.Encode(writer, protocol::ResponseHeaderVersion(ctx.header.api_key, version));
+  body.Encode(writer, version);
+  return r;
+}
+
+}  // namespace runnel::brokerd

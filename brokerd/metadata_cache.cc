@@ -1,0 +1,95 @@
+#include "brokerd/metadata_cache.h"
+
+namespace runnel::brokerd {
+
+bool MetadataCache::Apply(const runnel::controller::MetadataUpdate& update) {
+  if (update.is_snapshot()) {
+    topics_.clear();
+    name_by_id_.clear();
+    brokers_.clear();
+    cluster_id_.clear();
+  } else if (!ready_ || update.offset() != offset_ + 1) {
+    return false;
+  }
+  for (const auto& record : update.records()) ApplyRecord(record);
+  offset_ = update.offset();
+  ready_ = true;
+  std::vector<std::function<void()>> waiters;
+  waiters.swap(waiters_);
+  for (auto& fn : waiters) fn();
+  return true;
+}
+
+void MetadataCache::ApplyRecord(const runnel::metadata::MetadataRecord& record) {
+  using R = runnel::metadata::MetadataRecord;
+  switch (record.record_case()) {
+    case R::kClusterId:
+      cluster_id_ = record.cluster_id().cluster_id();
+      break;
+    case R::kFeatureLevel:
+      break;
+    case R::kRegisterBroker: {
+      const auto& r = record.register_broker();
+      BrokerInfo& b = brokers_[r.broker_id()];
+      b.id = r.broker_id();
+      b.epoch = r.broker_epoch();
+      b.endpoints.assign(r.endpoints().begin(), r.endpoints().end());
+      b.rack = r.has_rack() ? std::optional<std::string>(r.rack()) : std::nullopt;
+      b.fenced = r.fenced();
+      break;
+    }
+    case R::kTopic: {
+      const auto& r = record.topic();
+      TopicInfo& t = topics_[r.name()];
+      t.name = r.name();
+      t.id = UuidFromBytes(r.topic_id());
+      name_by_id_[r.topic_id()] = r.name();
+      break;
+    }
+    case R::kPartition: {
+      const auto& r = record.partition();
+      auto name = name_by_id_.find(r.topic_id());
+      if (name == name_by_id_.end()) break;
+      PartitionInfo& p = topics_[name->second].partitions[r.partition_id()];
+      p.id = r.partition_id();
+      p.replicas.assign(r.replicas().begin(), r.replicas().end());
+      p.isr.assign(r.isr().begin(), r.isr().end());
+      p.leader = r.leader();
+      p.leader_epoch = r.leader_epoch();
+      break;
+    }
+    case R::kRemoveTopic: {
+      auto name = name_by_id_.find(record.remove_topic().topic_id());
+      if (name == name_by_id_.end()) break;
+      topics_.erase(name->second);
+      name_by_id_.erase(name);
+      break;
+    }
+    case R::kConfig: {
+      const auto& r = record.config();
+      if (r.resource_type() != runnel::metadata::CONFIG_RESOURCE_TOPIC) break;
+      auto it = topics_.find(r.resource_name());
+      if (it == topics_.end()) break;
+      if (r.has_value()) {
+        it->second.configs[r.name()] = r.value();
+      } else {
+        it->second.configs.erase(r.name());
+      }
+      break;
+    }
+    case R::RECORD_NOT_SET:
+      break;
+  }
+}
+
+const TopicInfo* MetadataCache::FindTopic(const std::string& name) const {
+  auto it = topics_.find(name);
+  return it == topics_.end() ? nullptr : &it->second;
+}
+
+const TopicInfo* MetadataCache::FindTopicById(const protocol::Uuid& id) const {
+  auto it = name_by_id_.find(id.ToByteString());
+  return it == name_by_id_.end() ? nullptr : FindTopic(it->second);
+}
+
+}  // namespace runnel::brokerd

@@ -1,0 +1,80 @@
+// brokerd's copy of the cluster metadata, kept from controllerd's WatchMetadata stream.
+//
+// It is only touched on the loop thread: the watch thread posts each MetadataUpdate to the
+// loop, which applies it here. Handlers read it synchronously (Metadata, DescribeCluster).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/protocol/messages.h"
+#include "proto/runnel/controller.pb.h"
+
+namespace runnel::brokerd {
+
+struct PartitionInfo {
+  int32_t id = 0;
+  std::vector<int32_t> replicas;
+  std::vector<int32_t> isr;
+  int32_t leader = -1;
+  int32_t leader_epoch = 0;
+};
+
+struct TopicInfo {
+  std::string name;
+  protocol::Uuid id;
+  std::map<int32_t, PartitionInfo> partitions;
+  std::map<std::string, std::string> configs;  // explicitly set ones
+  bool internal() const { return !name.empty() && name[0] == '_' && name.rfind("__", 0) == 0; }
+};
+
+struct BrokerInfo {
+  int32_t id = -1;
+  int64_t epoch = -1;
+  std::vector<runnel::metadata::BrokerEndpoint> endpoints;
+  std::optional<std::string> rack;
+  bool fenced = false;
+};
+
+class MetadataCache {
+ public:
+  // Applies one update (a whole image or one delta). Returns false, changing nothing,
+  // when a delta does not follow the last applied offset (the caller then re-watches).
+  bool Apply(const runnel::controller::MetadataUpdate& update);
+
+  // True once a first image has been applied.
+  bool ready() const { return ready_; }
+  int64_t offset() const { return offset_; }
+  const std::string& cluster_id() const { return cluster_id_; }
+
+  const TopicInfo* FindTopic(const std::string& name) const;
+  const TopicInfo* FindTopicById(const protocol::Uuid& id) const;
+  const std::map<std::string, TopicInfo>& topics() const { return topics_; }
+  const std::map<int32_t, BrokerInfo>& brokers() const { return brokers_; }
+
+  // Runs `fn` on the loop thread after the next applied update (for callers waiting for a
+  // change they made through the controller to show up here).
+  void OnNextUpdate(std::function<void()> fn) { waiters_.push_back(std::move(fn)); }
+
+ private:
+  void ApplyRecord(const runnel::metadata::MetadataRecord& record);
+
+  bool ready_ = false;
+  int64_t offset_ = -1;
+  std::string cluster_id_;
+  std::map<std::string, TopicInfo> topics_;
+  std::map<std::string, std::string> name_by_id_;  // 16-byte id -> name
+  std::map<int32_t, BrokerInfo> brokers_;
+  std::vector<std::function<void()>> waiters_;
+};
+
+// A 16-byte proto field as a Uuid; the zero id when it is not 16 bytes.
+inline protocol::Uuid UuidFromBytes(const std::string& bytes) {
+  return protocol::Uuid::FromByteString(bytes).value_or(protocol::Uuid());
+}
+
+}  // namespace runnel::brokerd

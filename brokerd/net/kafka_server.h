@@ -1,0 +1,73 @@
+// The Kafka listeners: TCP accept, length-prefixed frames, per-connection pipelining.
+//
+// Each connection reads frames of [int32 size][request], checks the size against
+// socket.request.max.bytes before buffering the frame, decodes the request header and
+// hands the request to the dispatcher. Many requests may be in flight on a connection;
+// their responses are written in request order. A malformed frame or header closes that
+// connection only, with one log line. Everything here runs on the loop thread.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "brokerd/net/event_loop.h"
+#include "brokerd/net/request.h"
+#include "common/config/listeners.h"
+#include "common/util/status.h"
+
+namespace runnel::brokerd {
+
+struct ServerLimits {
+  int32_t max_request_bytes = 100 << 20;  // socket.request.max.bytes
+  int32_t max_connections = INT32_MAX;
+  int32_t max_connections_per_ip = INT32_MAX;
+  size_t max_in_flight_per_connection = 64;  // reading pauses beyond this
+};
+
+class KafkaServer {
+ public:
+  KafkaServer(EventLoop& loop, RequestDispatcher& dispatcher, ServerLimits limits);
+  ~KafkaServer();
+  KafkaServer(const KafkaServer&) = delete;
+  KafkaServer& operator=(const KafkaServer&) = delete;
+
+  // Binds and listens on every listener. Port 0 picks a free port (see bound_ports()).
+  Status Listen(const std::vector<config::Listener>& listeners);
+  // Closes the listeners and every connection. Loop thread only.
+  void Close();
+
+  // listener name -> port actually bound.
+  const std::map<std::string, int>& bound_ports() const { return bound_ports_; }
+  size_t connection_count() const { return connections_.size(); }
+
+ private:
+  class Connection;
+  struct Listener {
+    uv_tcp_t handle;
+    KafkaServer* server;
+    std::string name;
+  };
+
+  static void OnNewConnection(uv_stream_t* server, int status);
+  void Accept(Listener* listener);
+  void Forget(uint64_t id, const std::string& ip);
+
+  EventLoop& loop_;
+  RequestDispatcher& dispatcher_;
+  ServerLimits limits_;
+  std::vector<std::unique_ptr<Listener>> listeners_;
+  std::map<std::string, int> bound_ports_;
+  std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;
+  std::unordered_map<std::string, int> per_ip_;
+  uint64_t next_connection_id_ = 1;
+  bool closed_ = false;
+};
+
+}  // namespace runnel::brokerd

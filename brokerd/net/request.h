@@ -1,0 +1,53 @@
+// A Kafka request as a handler sees it, and the answer it gives.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/protocol/header.h"
+
+namespace runnel::brokerd {
+
+struct RequestContext {
+  protocol::RequestHeader header;
+  std::vector<uint8_t> frame;  // the whole frame without its 4-byte size prefix
+  size_t body_offset = 0;      // where the body starts in `frame`
+  std::string listener;        // name of the listener the connection came in on
+  std::string peer;            // "ip:port" of the client
+  uint64_t connection_id = 0;
+
+  std::span<const uint8_t> body() const {
+    return std::span<const uint8_t>(frame).subspan(body_offset);
+  }
+};
+
+// What a handler answers. `bytes` is the response header and body (the server adds the
+// size prefix).
+struct Response {
+  enum class Kind {
+    kSend,        // send `bytes`
+    kNoResponse,  // nothing is sent (Produce with acks=0)
+    kClose,       // a malformed request: close the connection, as Kafka does
+  };
+  Kind kind = Kind::kSend;
+  std::vector<uint8_t> bytes;
+
+  static Response Close() { return Response{Kind::kClose, {}}; }
+  static Response None() { return Response{Kind::kNoResponse, {}}; }
+};
+
+// Called exactly once per request, on the loop thread. Responses go out in request order
+// whatever order the handlers finish in.
+using Respond = std::function<void(Response)>;
+
+class RequestDispatcher {
+ public:
+  virtual ~RequestDispatcher() = default;
+  virtual void Dispatch(std::unique_ptr<RequestContext> request, Respond respond) = 0;
+};
+
+}  // namespace runnel::brokerd

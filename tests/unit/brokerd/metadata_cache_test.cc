@@ -1,0 +1,102 @@
+#include "brokerd/metadata_cache.h"
+
+#include <gtest/gtest.h>
+
+namespace runnel::brokerd {
+namespace {
+
+using runnel::controller::MetadataUpdate;
+
+std::string Id(uint8_t b) { return std::string(15, '\0') + static_cast<char>(b); }
+
+MetadataUpdate Update(int64_t offset, bool snapshot) {
+  MetadataUpdate u;
+  u.set_offset(offset);
+  u.set_is_snapshot(snapshot);
+  return u;
+}
+
+void AddTopic(MetadataUpdate& u, const std::string& name, uint8_t id, int partitions) {
+  auto* t = u.add_records()->mutable_topic();
+  t->set_name(name);
+  t->set_topic_id(Id(id));
+  for (int p = 0; p < partitions; ++p) {
+    auto* r = u.add_records()->mutable_partition();
+    r->set_topic_id(Id(id));
+    r->set_partition_id(p);
+    r->add_replicas(1);
+    r->add_isr(1);
+    r->set_leader(1);
+  }
+}
+
+TEST(MetadataCacheTest, SnapshotThenDeltas) {
+  MetadataCache cache;
+  EXPECT_FALSE(cache.ready());
+  MetadataUpdate snap = Update(4, true);
+  snap.add_records()->mutable_cluster_id()->set_cluster_id("abc");
+  auto* b = snap.add_records()->mutable_register_broker();
+  b->set_broker_id(1);
+  auto* ep = b->add_endpoints();
+  ep->set_name("PLAINTEXT");
+  ep->set_host("127.0.0.1");
+  ep->set_port(9092);
+  AddTopic(snap, "a", 1, 3);
+  ASSERT_TRUE(cache.Apply(snap));
+  EXPECT_TRUE(cache.ready());
+  EXPECT_EQ(cache.cluster_id(), "abc");
+  ASSERT_NE(cache.FindTopic("a"), nullptr);
+  EXPECT_EQ(cache.FindTopic("a")->partitions.size(), 3u);
+  EXPECT_EQ(cache.brokers().at(1).endpoints.size(), 1u);
+
+  MetadataUpdate delta = Update(5, false);
+  AddTopic(delta, "b", 2, 1);
+  ASSERT_TRUE(cache.Apply(delta));
+  EXPECT_NE(cache.FindTopicById(UuidFromBytes(Id(2))), nullptr);
+
+  MetadataUpdate remove = Update(6, false);
+  remove.add_records()->mutable_remove_topic()->set_topic_id(Id(1));
+  ASSERT_TRUE(cache.Apply(remove));
+  EXPECT_EQ(cache.FindTopic("a"), nullptr);
+  EXPECT_EQ(cache.FindTopicById(UuidFromBytes(Id(1))), nullptr);
+  EXPECT_EQ(cache.offset(), 6);
+}
+
+TEST(MetadataCacheTest, DeltaMustFollowTheLastOffset) {
+  MetadataCache cache;
+  EXPECT_FALSE(cache.Apply(Update(0, false)));  // no image yet
+  ASSERT_TRUE(cache.Apply(Update(3, true)));
+  MetadataUpdate gap = Update(5, false);
+  AddTopic(gap, "x", 9, 1);
+  EXPECT_FALSE(cache.Apply(gap));
+  EXPECT_EQ(cache.FindTopic("x"), nullptr);
+  EXPECT_FALSE(cache.Apply(Update(3, false)));  // a resend
+  EXPECT_TRUE(cache.Apply(Update(4, false)));
+}
+
+TEST(MetadataCacheTest, SnapshotReplacesEverything) {
+  MetadataCache cache;
+  MetadataUpdate first = Update(1, true);
+  AddTopic(first, "old", 1, 1);
+  ASSERT_TRUE(cache.Apply(first));
+  MetadataUpdate second = Update(9, true);
+  AddTopic(second, "new", 2, 2);
+  ASSERT_TRUE(cache.Apply(second));
+  EXPECT_EQ(cache.FindTopic("old"), nullptr);
+  EXPECT_EQ(cache.topics().size(), 1u);
+}
+
+TEST(MetadataCacheTest, WaitersRunAfterTheNextUpdate) {
+  MetadataCache cache;
+  int runs = 0;
+  cache.OnNextUpdate([&] { ++runs; });
+  EXPECT_FALSE(cache.Apply(Update(2, false)));
+  EXPECT_EQ(runs, 0);
+  ASSERT_TRUE(cache.Apply(Update(2, true)));
+  EXPECT_EQ(runs, 1);
+  ASSERT_TRUE(cache.Apply(Update(3, false)));
+  EXPECT_EQ(runs, 1);
+}
+
+}  // namespace
+}  // namespace runnel::brokerd
