@@ -1,0 +1,52 @@
+# Runnel's entry points. `make run` and `make test` work on a fresh Debian machine.
+#   make run    install what is missing, build Release, start one node on 127.0.0.1:9092
+#   make test   install what is missing, build with ASan+UBSan, run every test (CTest),
+#               then build the libFuzzer targets with clang and run them for a bounded time
+#   make bench  build Release and run the benchmarks under bench/
+#   make fmt    clang-format every C++ file
+
+CONFIG ?= config/runnel.properties
+JOBS ?= $(shell nproc)
+RELEASE_DIR := build/release
+TEST_DIR := build/asan
+FUZZ_DIR := build/fuzz
+CMAKE_COMMON := -G Ninja -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+
+.PHONY: all deps build run test unit-test fuzz-test bench fmt clean
+
+all: build
+
+deps:
+	@scripts/install-deps
+
+build: deps
+	cmake -S . -B $(RELEASE_DIR) $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=Release -DRUNNEL_TESTS=OFF
+	cmake --build $(RELEASE_DIR) -j $(JOBS)
+
+run: build
+	@mkdir -p data
+	exec $(RELEASE_DIR)/bin/runnel --config $(CONFIG)
+
+test: unit-test fuzz-test
+
+unit-test: deps
+	cmake -S . -B $(TEST_DIR) $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=Debug -DRUNNEL_SANITIZE=ON
+	cmake --build $(TEST_DIR) -j $(JOBS)
+	cd $(TEST_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j $(JOBS) --timeout 600
+
+fuzz-test: deps
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) $(CMAKE_COMMON) \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUNNEL_FUZZ=ON
+	cmake --build $(FUZZ_DIR) -j $(JOBS)
+	cd $(FUZZ_DIR) && ctest --output-on-failure --timeout 600
+
+bench: build
+	bench/run-all $(RELEASE_DIR)
+
+fmt:
+	git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+clean:
+	rm -rf build

@@ -1,0 +1,127 @@
+"""Hostile and odd bytes on the Kafka port close only that connection; versions are
+negotiated as Kafka does; pipelined requests are answered in order."""
+import socket
+import struct
+import subprocess
+import unittest
+
+from harness import Node, read_response, recv_exact, send_request
+
+
+def closed_by_peer(sock, timeout=10):
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+class BadInputTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.node = Node().start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.node.cleanup()
+
+    def connect(self):
+        return socket.create_connection(("127.0.0.1", self.node.port), timeout=10)
+
+    def assert_healthy(self):
+        out = subprocess.run(["kcat", "-L", "-b", self.node.bootstrap, "-m", "10"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("broker 1 at", out.stdout)
+
+    def metadata_roundtrip(self, sock, corr):
+        send_request(sock, 3, 1, corr, struct.pack(">i", -1))
+        got, _ = read_response(sock)
+        self.assertEqual(got, corr)
+
+    def check_closes_only_that_connection(self, payload):
+        bystander = self.connect()
+        self.metadata_roundtrip(bystander, 1)
+        bad = self.connect()
+        bad.sendall(payload)
+        self.assertTrue(closed_by_peer(bad))
+        bad.close()
+        self.metadata_roundtrip(bystander, 2)  # the other connection is untouched
+        bystander.close()
+        self.assert_healthy()
+
+    def test_garbage_bytes(self):
+        self.check_closes_only_that_connection(b"\x00\x00\x00\x10" + bytes(range(16)))
+
+    def test_http_request(self):
+        self.check_closes_only_that_connection(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+
+    def test_two_gib_size_prefix(self):
+        self.check_closes_only_that_connection(struct.pack(">I", 0x80000000) + b"\x00" * 8)
+
+    def test_size_over_socket_request_max_bytes(self):
+        self.check_closes_only_that_connection(struct.pack(">i", 200 * 1024 * 1024) + b"\x00")
+
+    def test_truncated_frame_then_close(self):
+        bystander = self.connect()
+        bad = self.connect()
+        bad.sendall(struct.pack(">i", 100) + b"\x00\x03\x00\x01")
+        bad.close()
+        self.metadata_roundtrip(bystander, 3)
+        bystander.close()
+        self.assert_healthy()
+
+    def test_truncated_body(self):
+        # A Metadata v1 frame whose topic array claims 1000 entries that are not there.
+        self.check_closes_only_that_connection(
+            struct.pack(">i", 14) + struct.pack(">hhih", 3, 1, 9, 0) + struct.pack(">i", 1000))
+
+    def test_unknown_api_key(self):
+        s = self.connect()
+        send_request(s, 999, 0, 5, b"")
+        self.assertTrue(closed_by_peer(s))
+        self.assert_healthy()
+
+    def test_api_versions_unsupported_version_gets_v0_answer(self):
+        s = self.connect()
+        # ApiVersions v99 (flexible header): answered, not dropped.
+        send_request(s, 18, 99, 42, b"\x00", flexible=True)
+        corr, body = read_response(s)
+        self.assertEqual(corr, 42)
+        (error_code, count) = struct.unpack(">hi", body[:6])
+        self.assertEqual(error_code, 35)  # UNSUPPORTED_VERSION
+        apis = {}
+        for i in range(count):
+            key, lo, hi = struct.unpack(">hhh", body[6 + 6 * i: 12 + 6 * i])
+            apis[key] = (lo, hi)
+        self.assertEqual(apis[18], (0, 4))
+        self.assertEqual(apis[3], (0, 12))
+        # The connection stays usable.
+        self.metadata_roundtrip(s, 43)
+        s.close()
+
+    def test_api_versions_v3_lists_apis(self):
+        s = self.connect()
+        name, version = b"runnel-test", b"1.0"
+        body = bytes([len(name) + 1]) + name + bytes([len(version) + 1]) + version + b"\x00"
+        send_request(s, 18, 3, 8, body, flexible=True)
+        corr, resp = read_response(s)  # response header v0 even for v3
+        self.assertEqual(corr, 8)
+        self.assertEqual(struct.unpack(">h", resp[:2])[0], 0)
+        s.close()
+
+    def test_pipelined_requests_answered_in_order(self):
+        s = self.connect()
+        frames = b""
+        for corr in range(100, 140):
+            header = struct.pack(">hhih", 3, 1, corr, 2) + b"it"
+            frame = header + struct.pack(">i", -1)
+            frames += struct.pack(">i", len(frame)) + frame
+        s.sendall(frames)
+        got = [read_response(s)[0] for _ in range(40)]
+        self.assertEqual(got, list(range(100, 140)))
+        s.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
