@@ -1,7 +1,7 @@
 # Runnel's entry points. `make run` and `make test` work on a fresh Debian machine.
 #   make run    install what is missing, build Release, start one node on 127.0.0.1:9092
-#   make test   install what is missing, build with ASan+UBSan, run every test (CTest),
-#               then build the libFuzzer targets with clang and run them for a bounded time
+#   make test   install what is missing, build the libFuzzer targets with clang and run
+#               them for a bounded time, then build with ASan+UBSan and run every test (CTest)
 #   make bench  build Release and run the benchmarks under bench/
 #   make fmt    clang-format every C++ file
 
@@ -27,7 +27,8 @@ run: build
 	@mkdir -p data
 	exec $(RELEASE_DIR)/bin/runnel --config $(CONFIG)
 
-test: unit-test fuzz-test
+# The fuzzers run first so that the closing CTest summary is the whole suite's.
+test: fuzz-test unit-test
 
 unit-test: deps
 	cmake -S . -B $(TEST_DIR) $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=Debug -DRUNNEL_SANITIZE=ON
