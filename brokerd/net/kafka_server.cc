@@ -201,14 +201,18 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
   }
 
   void Write(std::vector<uint8_t> payload) {
+    if (payload.size() < kSizePrefixBytes) {
+      Log()->error("connection {}: a response without its size prefix; closing", id_);
+      Close();
+      return;
+    }
     auto* w = new WriteReq();
-    uint32_t size = static_cast<uint32_t>(payload.size());
-    w->bytes.reserve(payload.size() + 4);
-    w->bytes.push_back(static_cast<uint8_t>(size >> 24));
-    w->bytes.push_back(static_cast<uint8_t>(size >> 16));
-    w->bytes.push_back(static_cast<uint8_t>(size >> 8));
-    w->bytes.push_back(static_cast<uint8_t>(size));
-    w->bytes.insert(w->bytes.end(), payload.begin(), payload.end());
+    uint32_t size = static_cast<uint32_t>(payload.size() - kSizePrefixBytes);
+    payload[0] = static_cast<uint8_t>(size >> 24);
+    payload[1] = static_cast<uint8_t>(size >> 16);
+    payload[2] = static_cast<uint8_t>(size >> 8);
+    payload[3] = static_cast<uint8_t>(size);
+    w->bytes = std::move(payload);
     w->conn = weak_from_this();
     w->req.data = w;
     uv_buf_t buf = uv_buf_init(reinterpret_cast<char*>(w->bytes.data()),

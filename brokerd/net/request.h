@@ -25,8 +25,11 @@ struct RequestContext {
   }
 };
 
-// What a handler answers. `bytes` is the response header and body (the server adds the
-// size prefix).
+// What a handler answers. `bytes` starts with kSizePrefixBytes reserved bytes, which the
+// server fills with the size of what follows (the response header and body), so the
+// response is written without another copy.
+inline constexpr size_t kSizePrefixBytes = 4;
+
 struct Response {
   enum class Kind {
     kSend,        // send `bytes`
@@ -34,7 +37,7 @@ struct Response {
     kClose,       // a malformed request: close the connection, as Kafka does
   };
   Kind kind = Kind::kSend;
-  std::vector<uint8_t> bytes;
+  std::vector<uint8_t> bytes = std::vector<uint8_t>(kSizePrefixBytes);
 
   static Response Close() { return Response{Kind::kClose, {}}; }
   static Response None() { return Response{Kind::kNoResponse, {}}; }

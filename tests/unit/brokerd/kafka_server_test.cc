@@ -18,7 +18,7 @@ class ReversingDispatcher : public RequestDispatcher {
  public:
   explicit ReversingDispatcher(size_t batch) : batch_(batch) {}
   void Dispatch(std::unique_ptr<RequestContext> request, Respond respond) override {
-    Response r;
+    Response r;  // starts with the reserved size prefix
     int32_t corr = request->header.correlation_id;
     for (int shift : {24, 16, 8, 0}) r.bytes.push_back(static_cast<uint8_t>(corr >> shift));
     held_.emplace_back(std::move(r), std::move(respond));
