@@ -1,10 +1,9 @@
 #include "brokerd/net/kafka_server.h"
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "common/log/log.h"
 #include "common/protocol/wire.h"
@@ -83,9 +82,10 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     bool done = false;
     Response response;
   };
+  // One uv_write of every response that was ready at once; freed in its callback.
   struct WriteReq {
     uv_write_t req;
-    std::vector<uint8_t> bytes;
+    std::vector<std::vector<uint8_t>> responses;
     std::weak_ptr<Connection> conn;
   };
 
@@ -118,7 +118,11 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
       return;
     }
     in_.insert(in_.end(), read_buf_, read_buf_ + n);
+    // Responses that handlers give while these frames are parsed go out in one write.
+    parsing_ = true;
     ParseFrames();
+    parsing_ = false;
+    FlushWrites();
   }
 
   void ParseFrames() {
@@ -146,12 +150,12 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     auto request = std::make_unique<RequestContext>();
     protocol::Reader reader(frame);
     // The header's own version depends on the API and version it starts with.
-    Status st = frame.size() < 4
-                    ? absl::InvalidArgumentError("frame shorter than an api key and version")
-                    : request->header.Decode(
-                          reader, protocol::RequestHeaderVersion(
-                                      static_cast<int16_t>((frame[0] << 8) | frame[1]),
-                                      static_cast<int16_t>((frame[2] << 8) | frame[3])));
+    Status st =
+        frame.size() < 4
+            ? absl::InvalidArgumentError("frame shorter than an api key and version")
+            : request->header.Decode(reader, protocol::RequestHeaderVersion(
+                                                 static_cast<int16_t>((frame[0] << 8) | frame[1]),
+                                                 static_cast<int16_t>((frame[2] << 8) | frame[3])));
     if (!st.ok()) {
       Log()->warn("connection {} from {}: malformed request header ({}); closing it", id_, peer_,
                   std::string(st.message()));
@@ -188,37 +192,51 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
       slots_.pop_front();
       switch (r.kind) {
         case Response::Kind::kSend:
-          Write(std::move(r.bytes));
+          if (!QueueWrite(std::move(r.bytes))) return;
           break;
         case Response::Kind::kNoResponse:
           break;
         case Response::Kind::kClose:
+          FlushWrites();
           Close();
           return;
       }
     }
+    if (!parsing_) FlushWrites();
     if (slots_.size() < server_->limits_.max_in_flight_per_connection / 2) StartReading();
   }
 
-  void Write(std::vector<uint8_t> payload) {
+  // Fills in the size prefix and queues the response for the next FlushWrites.
+  bool QueueWrite(std::vector<uint8_t> payload) {
     if (payload.size() < kSizePrefixBytes) {
       Log()->error("connection {}: a response without its size prefix; closing", id_);
       Close();
-      return;
+      return false;
     }
-    auto* w = new WriteReq();
     uint32_t size = static_cast<uint32_t>(payload.size() - kSizePrefixBytes);
     payload[0] = static_cast<uint8_t>(size >> 24);
     payload[1] = static_cast<uint8_t>(size >> 16);
     payload[2] = static_cast<uint8_t>(size >> 8);
     payload[3] = static_cast<uint8_t>(size);
-    w->bytes = std::move(payload);
+    out_.push_back(std::move(payload));
+    return true;
+  }
+
+  void FlushWrites() {
+    if (out_.empty() || closing_) return;
+    auto* w = new WriteReq();
+    w->responses = std::move(out_);
+    out_.clear();
     w->conn = weak_from_this();
     w->req.data = w;
-    uv_buf_t buf = uv_buf_init(reinterpret_cast<char*>(w->bytes.data()),
-                               static_cast<unsigned>(w->bytes.size()));
-    int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&tcp_), &buf, 1,
-                      [](uv_write_t* req, int status) {
+    std::vector<uv_buf_t> bufs;
+    bufs.reserve(w->responses.size());
+    for (auto& r : w->responses) {
+      bufs.push_back(
+          uv_buf_init(reinterpret_cast<char*>(r.data()), static_cast<unsigned>(r.size())));
+    }
+    int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&tcp_), bufs.data(),
+                      static_cast<unsigned>(bufs.size()), [](uv_write_t* req, int status) {
                         auto* w = static_cast<WriteReq*>(req->data);
                         if (status < 0 && status != UV_ECANCELED) {
                           if (auto conn = w->conn.lock()) conn->Close();
@@ -240,6 +258,8 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
   std::shared_ptr<Connection> self_;  // keeps this alive until the close callback
   bool reading_ = false;
   bool closing_ = false;
+  bool parsing_ = false;
+  std::vector<std::vector<uint8_t>> out_;  // responses ready to write, in order
   uint8_t read_buf_[64 * 1024];
   std::vector<uint8_t> in_;
   std::deque<Slot> slots_;
@@ -314,9 +334,9 @@ void KafkaServer::Accept(Listener* listener) {
   ++from_ip;
   if (closed_ || static_cast<int64_t>(connections_.size()) > limits_.max_connections ||
       from_ip > limits_.max_connections_per_ip) {
-    Log()->warn("refusing connection from {}: {} connection limit reached", conn->ip(),
-                from_ip > limits_.max_connections_per_ip ? "max.connections.per.ip"
-                                                         : "max.connections");
+    Log()->warn(
+        "refusing connection from {}: {} connection limit reached", conn->ip(),
+        from_ip > limits_.max_connections_per_ip ? "max.connections.per.ip" : "max.connections");
     conn->Close();
   }
 }
