@@ -39,6 +39,8 @@ void Init(const Options& options) {
           options.file_count);
       file->set_pattern(pattern);
       s.sinks.push_back(file);
+      // Files are buffered; a line reaches the file within a second (warnings at once).
+      spdlog::flush_every(std::chrono::seconds(1));
     } catch (const spdlog::spdlog_ex& e) {
       fprintf(stderr, "cannot open log file in %s: %s\n", options.file_dir.c_str(), e.what());
     }

@@ -110,6 +110,48 @@ class BadInputTest(unittest.TestCase):
         self.assertEqual(struct.unpack(">h", resp[:2])[0], 0)
         s.close()
 
+    def test_describe_cluster(self):
+        s = self.connect()
+        # DescribeCluster v1 (flexible): include_cluster_authorized_operations=true,
+        # endpoint_type=1 (brokers), no tagged fields.
+        send_request(s, 60, 1, 11, b"\x01\x01\x00", flexible=True)
+        corr, body = read_response(s)
+        self.assertEqual(corr, 11)
+        self.assertEqual(body[0], 0)  # response header v1: no tagged fields
+        pos = 1 + 4  # throttle_time_ms
+        (error_code,) = struct.unpack_from(">h", body, pos)
+        self.assertEqual(error_code, 0)
+        pos += 2
+        self.assertEqual(body[pos], 0)  # error_message: null
+        pos += 1
+        self.assertEqual(body[pos], 1)  # endpoint_type
+        pos += 1
+        cluster_len = body[pos] - 1
+        pos += 1 + cluster_len
+        self.assertEqual(cluster_len, 22)  # Kafka's base64 uuid form
+        (controller_id,) = struct.unpack_from(">i", body, pos)
+        self.assertEqual(controller_id, 1)
+        pos += 4
+        self.assertEqual(body[pos] - 1, 1)  # one broker
+        pos += 1
+        (broker_id,) = struct.unpack_from(">i", body, pos)
+        self.assertEqual(broker_id, 1)
+        pos += 4
+        host_len = body[pos] - 1
+        self.assertEqual(body[pos + 1: pos + 1 + host_len], b"127.0.0.1")
+        pos += 1 + host_len
+        (port,) = struct.unpack_from(">i", body, pos)
+        self.assertEqual(port, self.node.port)
+        s.close()
+
+    def test_describe_cluster_for_controllers_is_refused(self):
+        s = self.connect()
+        send_request(s, 60, 1, 12, b"\x00\x02\x00", flexible=True)  # endpoint_type=2
+        corr, body = read_response(s)
+        (error_code,) = struct.unpack_from(">h", body, 1 + 4)
+        self.assertEqual(error_code, 115)  # UNSUPPORTED_ENDPOINT_TYPE
+        s.close()
+
     def test_pipelined_requests_answered_in_order(self):
         s = self.connect()
         frames = b""

@@ -92,6 +92,22 @@ class SupervisionTest(unittest.TestCase):
         self.node = Node(extra_config={"no.such.key": "1"}).start()
         self.assertIn("no.such.key", self.node.log())
 
+    def test_rotating_log_files_when_configured(self):
+        log_dir = "/tmp/rnl-logs-%d" % os.getpid()
+        os.makedirs(log_dir, exist_ok=True)
+        try:
+            self.node = Node(extra_config={"runnel.log.dir": log_dir}).start()
+            def logged(role):
+                with open(os.path.join(log_dir, role + ".log")) as f:
+                    return f" {role} " in f.read()
+            for role in ("controllerd", "storaged", "brokerd"):
+                wait_until(lambda: logged(role), 5, f"{role} writing its log file")
+        finally:
+            if self.node is not None:
+                self.node.cleanup()
+                self.node = None
+            subprocess.run(["rm", "-rf", log_dir], check=False)
+
     def test_status_without_supervisor_fails_clearly(self):
         self.node = Node()
         out = self.node.runnel("status", "--config", self.node.config_path)
