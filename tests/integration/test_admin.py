@@ -7,9 +7,9 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic as CNewTopic
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
-from kafka.errors import (InvalidPartitionsError, InvalidReplicationFactorError,
-                          InvalidTopicError, TopicAlreadyExistsError,
-                          UnknownTopicOrPartitionError)
+from kafka.errors import (InvalidPartitionsError, InvalidReplicationAssignmentError,
+                          InvalidReplicationFactorError, InvalidTopicError,
+                          TopicAlreadyExistsError, UnknownTopicOrPartitionError)
 
 from harness import Node, metadata_v4_topic_error, wait_until
 
@@ -80,10 +80,17 @@ class AdminTest(unittest.TestCase):
             admin.create_topics([NewTopic("too-many-replicas", 1, 3)])
         with self.assertRaises(UnknownTopicOrPartitionError):
             admin.delete_topics(["never-created"])
+        # Manual replica assignment.
+        admin.create_topics([NewTopic("placed", -1, -1, replica_assignments={0: [1], 1: [1]})])
+        self.assertEqual(kcat_topics(self.node.bootstrap).get("placed"), 2)
+        with self.assertRaises(InvalidReplicationAssignmentError):
+            admin.create_topics([NewTopic("nowhere", -1, -1, replica_assignments={0: [7]})])
+        with self.assertRaises(InvalidReplicationAssignmentError):
+            admin.create_topics([NewTopic("gap", -1, -1, replica_assignments={0: [1], 2: [1]})])
         # validate_only changes nothing.
         admin.create_topics([NewTopic("dry-run", 4, 1)], validate_only=True)
         self.assertNotIn("dry-run", kcat_topics(self.node.bootstrap))
-        self.assertEqual(set(kcat_topics(self.node.bootstrap)), {"dup"})
+        self.assertEqual(set(kcat_topics(self.node.bootstrap)), {"dup", "placed"})
         admin.close()
 
     def test_confluent_admin_create_delete_survive_restart(self):
