@@ -29,7 +29,8 @@ struct TopicInfo {
   protocol::Uuid id;
   std::map<int32_t, PartitionInfo> partitions;
   std::map<std::string, std::string> configs;  // explicitly set ones
-  bool internal() const { return !name.empty() && name[0] == '_' && name.rfind("__", 0) == 0; }
+  // Kafka's internal topics: the coordinators' state topics, nothing else.
+  bool internal() const { return name == "__consumer_offsets" || name == "__transaction_state"; }
 };
 
 struct BrokerInfo {

@@ -89,12 +89,7 @@ bool DecodeRequest(const RequestContext& ctx, Req* out) {
   return true;
 }
 
-// Encodes the response header (v0 or v1, as the API and version require) and `body`.
-template <typename Resp>
-Response EncodeResponse(const RequestContext& ctx, const Resp& body) {
-  return EncodeResponseAt(ctx, body, ctx.header.api_version);
-}
-
+// Encodes the response header (v0 or v1, as the API and `version` require) and `body`.
 template <typename Resp>
 Response EncodeResponseAt(const RequestContext& ctx, const Resp& body, int16_t version) {
   Response r;
@@ -104,6 +99,12 @@ Response EncodeResponseAt(const RequestContext& ctx, const Resp& body, int16_t v
   header.Encode(writer, protocol::ResponseHeaderVersion(ctx.header.api_key, version));
   body.Encode(writer, version);
   return r;
+}
+
+// The same at the request's version.
+template <typename Resp>
+Response EncodeResponse(const RequestContext& ctx, const Resp& body) {
+  return EncodeResponseAt(ctx, body, ctx.header.api_version);
 }
 
 }  // namespace runnel::brokerd
