@@ -74,6 +74,15 @@ std::vector<std::string> SplitList(std::string_view value) {
   return out;
 }
 
+std::string OneOf(std::string_view value, std::initializer_list<std::string_view> allowed) {
+  for (std::string_view a : allowed) {
+    if (value == a) return "";
+  }
+  std::string list;
+  for (std::string_view a : allowed) list += fmt::format("{}{}", list.empty() ? "" : ", ", a);
+  return fmt::format("String must be one of: {}", list);
+}
+
 std::string CheckValue(const KeyDef& def, std::string_view value) {
   switch (def.type) {
     case KeyType::kInt:

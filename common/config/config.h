@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -78,6 +79,9 @@ std::string CheckValue(const KeyDef& def, std::string_view value);
 
 // The markdown table of all keys (for the README and `runnel --config-docs`).
 std::string MarkdownTable();
+
+// "" when `value` is one of `allowed`, else Kafka's "String must be one of: ..." message.
+std::string OneOf(std::string_view value, std::initializer_list<std::string_view> allowed);
 
 // Splits "a, b,c" into trimmed non-empty items.
 std::vector<std::string> SplitList(std::string_view value);

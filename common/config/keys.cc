@@ -38,11 +38,7 @@ std::string ValidateNonEmptyList(std::string_view v) {
 }
 
 std::string ValidateLogLevel(std::string_view v) {
-  static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
-  for (const char* l : kLevels) {
-    if (v == l) return "";
-  }
-  return "must be one of trace, debug, info, warn, error, off";
+  return OneOf(v, {"trace", "debug", "info", "warn", "error", "off"});
 }
 
 std::vector<KeyDef> Declare() {

@@ -8,8 +8,7 @@
 
 namespace runnel::config {
 
-std::optional<Config> LoadRoleConfig(int argc, char** argv, std::string_view role,
-                                     int* exit_code) {
+std::optional<Config> LoadRoleConfig(int argc, char** argv, std::string_view role, int* exit_code) {
   std::string path;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--config") == 0 && i + 1 < argc) {

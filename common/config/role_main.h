@@ -11,7 +11,6 @@ namespace runnel::config {
 // Parses `--config FILE`, loads and validates the node configuration (unknown keys are
 // warnings) and sets up logging for `role`. On failure it prints why to stderr, sets
 // *exit_code (2: usage or config error) and returns nullopt.
-std::optional<Config> LoadRoleConfig(int argc, char** argv, std::string_view role,
-                                     int* exit_code);
+std::optional<Config> LoadRoleConfig(int argc, char** argv, std::string_view role, int* exit_code);
 
 }  // namespace runnel::config

@@ -12,15 +12,6 @@ namespace {
 
 constexpr int64_t kLongMax = INT64_MAX;
 
-std::string OneOf(std::string_view v, std::initializer_list<std::string_view> allowed) {
-  for (std::string_view a : allowed) {
-    if (v == a) return "";
-  }
-  std::string list;
-  for (std::string_view a : allowed) list += fmt::format("{}{}", list.empty() ? "" : ", ", a);
-  return fmt::format("String must be one of: {}", list);
-}
-
 std::string ValidateCleanupPolicy(std::string_view v) {
   std::vector<std::string> items = SplitList(v);
   if (items.empty()) return "must be delete, compact or compact,delete";
