@@ -3,7 +3,10 @@
 
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
+#include <fmt/format.h>
 #include <grpcpp/support/status.h>
+
+#include <string_view>
 
 namespace runnel {
 
@@ -19,6 +22,18 @@ inline Status FromGrpc(const grpc::Status& s) {
 }
 
 }  // namespace runnel
+
+#if !defined(ABSL_USES_STD_STRING_VIEW)
+// Debian's Abseil has its own string_view (what Status::message() returns); let fmt print it
+// like std::string_view.
+template <>
+struct fmt::formatter<absl::string_view> : fmt::formatter<std::string_view> {
+  template <typename Context>
+  auto format(absl::string_view s, Context& ctx) const {
+    return fmt::formatter<std::string_view>::format(std::string_view(s.data(), s.size()), ctx);
+  }
+};
+#endif
 
 // Returns from the enclosing function when `expr` (an absl::Status) is not OK.
 #define RUNNEL_RETURN_IF_ERROR(expr) \
