@@ -1,21 +1,110 @@
-// The gRPC face of runnel-storaged (proto/runnel/storage.proto).
+// The gRPC face of runnel-storaged (proto/runnel/storage.proto) over the LogManager.
+//
+// Synchronous API: each call runs on a gRPC thread and works partition by partition; one
+// partition's failure is its Kafka error code and never fails the call. A WatchPartitions
+// stream holds one gRPC thread while it lasts (one per brokerd).
+//
+// A watcher keeps a set of the partitions that changed since its last message, not a queue
+// of changes, so a slow reader costs at most one entry per partition: while it is behind,
+// changes coalesce (the message it gets next carries each partition's state as of then).
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
 #include "proto/runnel/storage.grpc.pb.h"
+#include "storaged/log/log_manager.h"
 #include "storaged/log_dirs.h"
 
 namespace runnel::storaged {
 
-class StorageServiceImpl final : public runnel::storage::StorageService::Service {
- public:
-  explicit StorageServiceImpl(const LogDirs& dirs) : dirs_(dirs) {}
+// Internal errors as the Kafka error code of one partition: NotFound is
+// UNKNOWN_TOPIC_OR_PARTITION, OutOfRange OFFSET_OUT_OF_RANGE, InvalidArgument
+// INVALID_REQUEST, FailedPrecondition INCONSISTENT_TOPIC_ID (a log of another topic id),
+// and anything else (I/O, a full disk, corrupt data) KAFKA_STORAGE_ERROR.
+protocol::ErrorCode KafkaErrorOf(const Status& status);
 
-  grpc::Status DescribeLogDirs(grpc::ServerContext* ctx,
-                               const runnel::storage::DescribeLogDirsRequest* req,
-                               runnel::storage::DescribeLogDirsResponse* resp) override;
+// One WatchPartitions stream's pending work: the set of partitions changed since its last
+// message (a set, not a queue: memory is bounded by the partition count however slow the
+// reader is). Marked from the threads that change logs, taken by the stream's thread.
+class PartitionWatcher {
+ public:
+  // `topics` filters the partitions of interest; empty = all.
+  explicit PartitionWatcher(std::set<std::string> topics) : topics_(std::move(topics)) {}
+
+  bool Wants(const std::string& topic) const { return topics_.empty() || topics_.count(topic); }
+  // Never blocks beyond a short lock: it runs on an appending thread.
+  void Mark(const TopicPartition& tp);
+  // Wakes Take for good.
+  void Close();
+  // Up to `max` changed partitions, taken out of the set, waiting up to `timeout` for one;
+  // empty on timeout or once closed (then *closed is set).
+  std::vector<TopicPartition> Take(std::chrono::milliseconds timeout, size_t max, bool* closed);
+  size_t pending() const;
 
  private:
+  const std::set<std::string> topics_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<TopicPartition> dirty_;
+  bool closed_ = false;
+};
+
+class StorageServiceImpl final : public storage::StorageService::Service {
+ public:
+  StorageServiceImpl(const LogDirs& dirs, LogManager& logs);
+  ~StorageServiceImpl() override;
+
+  // Ends every watch stream and refuses new ones, so the server's shutdown does not wait
+  // for them. Call before grpc::Server::Shutdown.
+  void Shutdown();
+
+  grpc::Status DescribeLogDirs(grpc::ServerContext* context,
+                               const storage::DescribeLogDirsRequest* request,
+                               storage::DescribeLogDirsResponse* response) override;
+  grpc::Status CreatePartitions(grpc::ServerContext* context,
+                                const storage::PartitionsRequest* request,
+                                storage::PartitionsResponse* response) override;
+  grpc::Status DeletePartitions(grpc::ServerContext* context,
+                                const storage::PartitionsRequest* request,
+                                storage::PartitionsResponse* response) override;
+  grpc::Status UpdatePartitionConfigs(grpc::ServerContext* context,
+                                      const storage::PartitionsRequest* request,
+                                      storage::PartitionsResponse* response) override;
+  grpc::Status Append(grpc::ServerContext* context, const storage::AppendRequest* request,
+                      storage::AppendResponse* response) override;
+  grpc::Status Read(grpc::ServerContext* context, const storage::ReadRequest* request,
+                    storage::ReadResponse* response) override;
+  grpc::Status ListOffsets(grpc::ServerContext* context, const storage::ListOffsetsRequest* request,
+                           storage::ListOffsetsResponse* response) override;
+  grpc::Status DeleteRecords(grpc::ServerContext* context,
+                             const storage::DeleteRecordsRequest* request,
+                             storage::DeleteRecordsResponse* response) override;
+  grpc::Status GetPartitionStates(grpc::ServerContext* context,
+                                  const storage::GetPartitionStatesRequest* request,
+                                  storage::GetPartitionStatesResponse* response) override;
+  grpc::Status WatchPartitions(grpc::ServerContext* context,
+                               const storage::WatchPartitionsRequest* request,
+                               grpc::ServerWriter<storage::PartitionChange>* writer) override;
+
+  // Most partitions in one change message after the first; more wait for the next one.
+  static constexpr size_t kMaxChangesPerMessage = 4096;
+
+ private:
+  // Reads the bytes of `ranges` into `out`; stops at the first range it cannot read in
+  // full and returns how many ranges it read.
+  int ReadRanges(const std::vector<FileRange>& ranges, std::string* out, Status* error);
+
   const LogDirs& dirs_;
+  LogManager& logs_;
+  std::mutex mu_;
+  bool shutdown_ = false;
+  std::set<std::shared_ptr<PartitionWatcher>> watchers_;
 };
 
 }  // namespace runnel::storaged

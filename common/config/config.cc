@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace runnel::config {
@@ -81,6 +83,34 @@ std::string OneOf(std::string_view value, std::initializer_list<std::string_view
   std::string list;
   for (std::string_view a : allowed) list += fmt::format("{}{}", list.empty() ? "" : ", ", a);
   return fmt::format("String must be one of: {}", list);
+}
+
+std::string ValidateCleanupPolicy(std::string_view value) {
+  std::vector<std::string> items = SplitList(value);
+  if (items.empty()) return "must be delete, compact or compact,delete";
+  std::set<std::string> seen;
+  for (const std::string& item : items) {
+    if (item != "delete" && item != "compact") {
+      return fmt::format("'{}' is not one of compact, delete", item);
+    }
+    if (!seen.insert(item).second) return fmt::format("'{}' is listed twice", item);
+  }
+  return "";
+}
+
+std::string ValidateTimestampType(std::string_view value) {
+  return OneOf(value, {"CreateTime", "LogAppendTime"});
+}
+
+std::string ValidateRatio(std::string_view value) {
+  double d = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), d);
+  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() ||
+      !std::isfinite(d)) {
+    return "not a number (expected double)";
+  }
+  if (d < 0.0 || d > 1.0) return "Value must be between 0 and 1";
+  return "";
 }
 
 std::string CheckValue(const KeyDef& def, std::string_view value) {

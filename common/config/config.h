@@ -83,6 +83,15 @@ std::string MarkdownTable();
 // "" when `value` is one of `allowed`, else Kafka's "String must be one of: ..." message.
 std::string OneOf(std::string_view value, std::initializer_list<std::string_view> allowed);
 
+// Validators of values that both a node key and a topic config take (log.cleanup.policy and
+// cleanup.policy, ...), so both declarations check them the same way.
+// "delete", "compact" or both, comma-separated, each at most once.
+std::string ValidateCleanupPolicy(std::string_view value);
+// "CreateTime" or "LogAppendTime".
+std::string ValidateTimestampType(std::string_view value);
+// A double in [0, 1] (declared as a string: KeyType has no double).
+std::string ValidateRatio(std::string_view value);
+
 // Splits "a, b,c" into trimmed non-empty items.
 std::vector<std::string> SplitList(std::string_view value);
 

@@ -10,6 +10,8 @@
 namespace runnel::config {
 namespace {
 
+constexpr int64_t kLongMax = INT64_MAX;
+
 std::string ValidateRoles(std::string_view v) {
   std::vector<std::string> roles = SplitList(v);
   if (roles.empty()) return "needs at least one of broker, controller";
@@ -56,6 +58,76 @@ std::vector<KeyDef> Declare() {
       {"broker.rack", KeyType::kString, "", 0, 0, "Rack of this broker, shown in Metadata."},
       {"log.dirs", KeyType::kList, "./data/logs", 0, 0,
        "Directories holding partition logs, comma-separated.", true, ValidateNonEmptyList},
+      // The storage engine's node-wide defaults. Each log.* key is the default of the topic
+      // config named in its description, as in Kafka.
+      {"log.segment.bytes", KeyType::kInt, "1073741824", 14, INT32_MAX,
+       "Size of a log segment file (topic: segment.bytes)."},
+      {"log.roll.ms", KeyType::kLong, "604800000", 1, kLongMax,
+       "Time after which a segment is rolled even if not full (topic: segment.ms); takes "
+       "precedence over log.roll.hours when set."},
+      {"log.roll.hours", KeyType::kInt, "168", 1, INT32_MAX,
+       "log.roll.ms in hours, used when log.roll.ms is not set."},
+      {"log.index.size.max.bytes", KeyType::kInt, "10485760", 4, INT32_MAX,
+       "Size of the offset index of a segment (topic: segment.index.bytes)."},
+      {"log.index.interval.bytes", KeyType::kInt, "4096", 0, INT32_MAX,
+       "Bytes between entries of the offset index (topic: index.interval.bytes)."},
+      {"log.retention.ms", KeyType::kLong, "604800000", -1, kLongMax,
+       "Longest time a segment is kept, -1 = no limit (topic: retention.ms); takes precedence "
+       "over log.retention.minutes and log.retention.hours when set."},
+      {"log.retention.minutes", KeyType::kInt, "10080", -1, INT32_MAX,
+       "log.retention.ms in minutes, used when log.retention.ms is not set."},
+      {"log.retention.hours", KeyType::kInt, "168", -1, INT32_MAX,
+       "log.retention.ms in hours, used when neither log.retention.ms nor "
+       "log.retention.minutes is set."},
+      {"log.retention.bytes", KeyType::kLong, "-1", INT64_MIN, kLongMax,
+       "Largest size of a partition before old segments are deleted, -1 = no limit (topic: "
+       "retention.bytes)."},
+      {"log.cleanup.policy", KeyType::kList, "delete", 0, 0,
+       "delete, compact or compact,delete (topic: cleanup.policy).", true, ValidateCleanupPolicy},
+      {"log.flush.interval.messages", KeyType::kLong, "9223372036854775807", 1, kLongMax,
+       "Messages appended to a partition after which it is fsync'ed (topic: flush.messages)."},
+      {"log.flush.interval.ms", KeyType::kLong, "9223372036854775807", 0, kLongMax,
+       "Time after which a partition's unflushed appends are fsync'ed (topic: flush.ms); 0 = "
+       "before every append is answered."},
+      {"log.flush.scheduler.interval.ms", KeyType::kLong, "1000", 1, kLongMax,
+       "How often the flusher checks flush.ms. Kafka's default (Long.MAX) would make flush.ms "
+       "inert, so Runnel checks every second."},
+      {"log.flush.offset.checkpoint.interval.ms", KeyType::kInt, "60000", 0, INT32_MAX,
+       "How often the recovery points (offsets known flushed) are written to disk."},
+      {"message.max.bytes", KeyType::kInt, "1048588", 0, INT32_MAX,
+       "Largest record batch size allowed (topic: max.message.bytes)."},
+      {"log.message.timestamp.type", KeyType::kString, "CreateTime", 0, 0,
+       "CreateTime or LogAppendTime (topic: message.timestamp.type).", true, ValidateTimestampType},
+      {"log.message.timestamp.before.max.ms", KeyType::kLong, "9223372036854775807", 0, kLongMax,
+       "How far in the past a CreateTime timestamp may be (topic: "
+       "message.timestamp.before.max.ms)."},
+      {"log.message.timestamp.after.max.ms", KeyType::kLong, "9223372036854775807", 0, kLongMax,
+       "How far in the future a CreateTime timestamp may be (topic: "
+       "message.timestamp.after.max.ms)."},
+      {"log.cleaner.enable", KeyType::kBool, "true", 0, 0,
+       "Run the log cleaner, which compacts topics with cleanup.policy=compact."},
+      {"log.cleaner.delete.retention.ms", KeyType::kLong, "86400000", 0, kLongMax,
+       "How long tombstones are kept in a compacted topic (topic: delete.retention.ms)."},
+      {"log.cleaner.min.cleanable.ratio", KeyType::kString, "0.5", 0, 0,
+       "Dirty fraction above which a log is compacted, a double in [0, 1] (topic: "
+       "min.cleanable.dirty.ratio).",
+       true, ValidateRatio},
+      {"log.cleaner.min.compaction.lag.ms", KeyType::kLong, "0", 0, kLongMax,
+       "Shortest time a record stays uncompacted (topic: min.compaction.lag.ms)."},
+      {"log.cleaner.max.compaction.lag.ms", KeyType::kLong, "9223372036854775807", 1, kLongMax,
+       "Longest time a record stays ineligible for compaction (topic: max.compaction.lag.ms)."},
+      {"log.cleaner.backoff.ms", KeyType::kLong, "15000", 0, kLongMax,
+       "Sleep of the cleaner when no log needs compacting."},
+      {"log.segment.delete.delay.ms", KeyType::kLong, "60000", 0, kLongMax,
+       "Time a deleted segment's files are kept before unlinking (topic: file.delete.delay.ms)."},
+      {"log.preallocate", KeyType::kBool, "false", 0, 0,
+       "Preallocate the file of a new segment (topic: preallocate)."},
+      {"log.retention.check.interval.ms", KeyType::kLong, "300000", 1, kLongMax,
+       "How often logs are checked for segments to delete by retention."},
+      {"num.recovery.threads.per.data.dir", KeyType::kInt, "1", 1, INT32_MAX,
+       "Threads per log directory that load (and recover) partitions at startup."},
+      {"runnel.storage.max.open.files", KeyType::kInt, "1024", 1, INT32_MAX,
+       "Segment files storaged keeps open at once; the least recently used are closed."},
       {"metadata.log.dir", KeyType::kPath, "./data/metadata", 0, 0,
        "Directory of the cluster metadata log and its snapshots."},
       {"metadata.log.max.record.bytes.between.snapshots", KeyType::kLong, "20971520", 1, INT64_MAX,

@@ -3,45 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
-#include <cmath>
-#include <set>
 
 namespace runnel::config {
 namespace {
 
 constexpr int64_t kLongMax = INT64_MAX;
 
-std::string ValidateCleanupPolicy(std::string_view v) {
-  std::vector<std::string> items = SplitList(v);
-  if (items.empty()) return "must be delete, compact or compact,delete";
-  std::set<std::string> seen;
-  for (const std::string& item : items) {
-    if (item != "delete" && item != "compact") {
-      return fmt::format("'{}' is not one of compact, delete", item);
-    }
-    if (!seen.insert(item).second) return fmt::format("'{}' is listed twice", item);
-  }
-  return "";
-}
-
 std::string ValidateCompressionType(std::string_view v) {
   return OneOf(v, {"uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"});
-}
-
-std::string ValidateTimestampType(std::string_view v) {
-  return OneOf(v, {"CreateTime", "LogAppendTime"});
-}
-
-std::string ValidateRatio(std::string_view v) {
-  // std::from_chars for double is available in g++ 12.
-  double d = 0;
-  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), d);
-  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size() || !std::isfinite(d)) {
-    return "not a number (expected double)";
-  }
-  if (d < 0.0 || d > 1.0) return "Value must be between 0 and 1";
-  return "";
 }
 
 // "" , "*", or a list of partition:broker pairs (Kafka's ThrottledReplicaListValidator).

@@ -1,0 +1,119 @@
+#include "storaged/application.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "common/grpc/unix_server.h"
+#include "common/log/log.h"
+#include "common/util/signals.h"
+#include "storaged/log/log_config.h"
+
+namespace runnel::storaged {
+namespace {
+
+// Time in-flight calls get to finish at shutdown before they are cancelled. Watch streams
+// end first (StorageServiceImpl::Shutdown), so this only bounds appends and reads in flight.
+constexpr std::chrono::milliseconds kDrainDeadline{1000};
+
+void LogLoadReport(const LogManager& logs, size_t partitions) {
+  auto logger = log::Get("storaged");
+  const LoadReport& r = logs.load_report();
+  logger->info(
+      "loaded {} partition(s): {} segment(s), {} recovered, {} byte(s) truncated, {} index(es) "
+      "rebuilt, {} leftover file(s) removed",
+      partitions, r.segments, r.recovered_segments, r.truncated_bytes, r.rebuilt_indexes,
+      r.removed_files);
+  for (const std::string& note : r.notes) logger->warn("recovery: {}", note);
+}
+
+}  // namespace
+
+LogManagerOptions LogManagerOptionsFromConfig(const config::Config& config,
+                                              std::vector<std::string> dirs) {
+  LogManagerOptions o;
+  o.dirs = std::move(dirs);
+  o.defaults = LogConfig::FromNode(config);
+  o.recovery_threads_per_dir = config.GetInt("num.recovery.threads.per.data.dir");
+  o.retention_check_interval_ms = config.GetLong("log.retention.check.interval.ms");
+  o.flush_check_interval_ms = config.GetLong("log.flush.scheduler.interval.ms");
+  o.checkpoint_interval_ms = config.GetInt("log.flush.offset.checkpoint.interval.ms");
+  o.cleaner_enable = config.GetBool("log.cleaner.enable");
+  o.cleaner_backoff_ms = config.GetLong("log.cleaner.backoff.ms");
+  o.max_open_files = static_cast<size_t>(config.GetInt("runnel.storage.max.open.files"));
+  return o;
+}
+
+StatusOr<std::unique_ptr<Application>> Application::Start(const config::Config& config) {
+  auto logger = log::Get("storaged");
+  std::unique_ptr<Application> app(new Application());
+
+  RUNNEL_ASSIGN_OR_RETURN(LogDirs dirs,
+                          LogDirs::Open(config.GetList("log.dirs"), config.GetInt("node.id")));
+  app->dirs_ = std::make_unique<LogDirs>(std::move(dirs));
+  std::vector<std::string> paths;
+  for (const LogDirState& d : app->dirs_->dirs()) paths.push_back(d.path);
+
+  auto started = std::chrono::steady_clock::now();
+  RUNNEL_ASSIGN_OR_RETURN(app->logs_, LogManager::Open(LogManagerOptionsFromConfig(config, paths)));
+  LogLoadReport(*app->logs_, app->logs_->AllLogs().size());
+  logger->info("logs loaded in {} ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           std::chrono::steady_clock::now() - started)
+                                           .count());
+  app->logs_->Start();
+
+  std::string run_dir = config.GetString("runnel.run.dir");
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        fmt::format("cannot create runnel.run.dir {}: {}", run_dir, ec.message()));
+  }
+  app->socket_path_ = grpcutil::SocketPath(run_dir, "storaged");
+  app->service_ = std::make_unique<StorageServiceImpl>(*app->dirs_, *app->logs_);
+  RUNNEL_ASSIGN_OR_RETURN(app->server_,
+                          grpcutil::StartUnixServer(app->socket_path_, {app->service_.get()}));
+  grpcutil::SetServing(*app->server_, true);
+  logger->info("serving StorageService on unix:{} with {} log dir(s)", app->socket_path_,
+               paths.size());
+  return app;
+}
+
+Application::~Application() { Stop(); }
+
+int Application::Run() {
+  int sig = WaitForTerminationSignal();
+  log::Get("storaged")->info("signal {} received, shutting down", sig);
+  return Stop() ? 0 : 1;
+}
+
+bool Application::Stop() {
+  if (stopped_) return clean_;
+  stopped_ = true;
+  auto logger = log::Get("storaged");
+  if (server_) grpcutil::SetServing(*server_, false);
+  if (service_) service_->Shutdown();
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() + kDrainDeadline);
+    server_->Wait();
+    server_.reset();
+    ::unlink(socket_path_.c_str());
+  }
+  service_.reset();
+  if (logs_) {
+    Status st = logs_->Shutdown();
+    if (!st.ok()) {
+      clean_ = false;
+      logger->error("unclean shutdown, the next start recovers the logs: {}",
+                    std::string(st.message()));
+    }
+    logs_.reset();
+  }
+  dirs_.reset();
+  logger->info("stopped");
+  return clean_;
+}
+
+}  // namespace runnel::storaged

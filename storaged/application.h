@@ -1,0 +1,54 @@
+// runnel-storaged as one object: locks the log directories, loads every partition log
+// (recovering those not cleanly shut down), starts the background work, then serves
+// StorageService (and grpc.health.v1) on unix:<runnel.run.dir>/storaged.sock. Health is
+// SERVING only once every log is loaded, since the server starts after.
+//
+// Stop is the reverse of Start: NOT_SERVING, end watch streams, drain calls (bounded), then
+// LogManager::Shutdown flushes every log and writes the checkpoints and the clean-shutdown
+// marker, and finally the directory locks are released.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "common/config/config.h"
+#include "storaged/log/log_manager.h"
+#include "storaged/log_dirs.h"
+#include "storaged/storage_service.h"
+
+namespace runnel::storaged {
+
+// The LogManager settings of a node configuration (log.* keys).
+LogManagerOptions LogManagerOptionsFromConfig(const config::Config& config,
+                                              std::vector<std::string> dirs);
+
+class Application {
+ public:
+  static StatusOr<std::unique_ptr<Application>> Start(const config::Config& config);
+  ~Application();
+
+  // Waits for SIGTERM or SIGINT (blocked by BlockTerminationSignals in main), stops, and
+  // returns the exit code: 0, or 1 when the logs could not be shut down cleanly (the next
+  // start recovers them).
+  int Run();
+  // Graceful stop; returns whether the logs were shut down cleanly. Idempotent.
+  bool Stop();
+
+  const std::string& socket_path() const { return socket_path_; }
+  LogManager& logs() { return *logs_; }
+
+ private:
+  Application() = default;
+
+  std::unique_ptr<LogDirs> dirs_;
+  std::unique_ptr<LogManager> logs_;
+  std::unique_ptr<StorageServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string socket_path_;
+  bool stopped_ = false;
+  bool clean_ = true;
+};
+
+}  // namespace runnel::storaged

@@ -1,0 +1,325 @@
+#include "storaged/log/checkpoints.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <functional>
+#include <iterator>
+#include <string_view>
+#include <utility>
+
+#include "common/protocol/uuid.h"
+#include "storaged/log_dirs.h"
+
+namespace runnel::storaged {
+namespace {
+
+constexpr std::string_view kCheckpointVersion = "0";
+
+// The whole file; nullopt when it does not exist.
+StatusOr<std::optional<std::string>> ReadWholeFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::optional<std::string>();
+    return absl::InternalError(fmt::format("open {}: {}", path, std::strerror(errno)));
+  }
+  std::string out;
+  char buf[4096];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      Status s = absl::InternalError(fmt::format("read {}: {}", path, std::strerror(errno)));
+      ::close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return std::optional<std::string>(std::move(out));
+}
+
+// Lines of `text`; the newline ending the last line is optional.
+std::vector<std::string_view> SplitLines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    if (nl == std::string_view::npos) {
+      lines.push_back(text);
+      break;
+    }
+    lines.push_back(text.substr(0, nl));
+    text.remove_prefix(nl + 1);
+  }
+  return lines;
+}
+
+// Fields separated by runs of spaces or tabs (as Kafka splits them).
+std::vector<std::string_view> SplitFields(std::string_view line) {
+  std::vector<std::string_view> fields;
+  size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+    size_t start = i;
+    while (i < line.size() && line[i] != ' ' && line[i] != '\t') ++i;
+    if (i > start) fields.push_back(line.substr(start, i - start));
+  }
+  return fields;
+}
+
+template <typename T>
+std::optional<T> ParseInt(std::string_view s) {
+  T value{};
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return value;
+}
+
+Status LineError(const std::string& path, size_t line_no, std::string_view what) {
+  return absl::DataLossError(fmt::format("{}:{}: {}", path, line_no, what));
+}
+
+// Parses Kafka's checkpoint layout: a version line, an entry count line, then that many
+// lines of `fields` fields each, handed to `on_entry` in order. An error `on_entry` returns
+// is reported as DataLoss at that line.
+Status ParseCheckpoint(
+    const std::string& path, std::string_view text, size_t fields,
+    const std::function<Status(const std::vector<std::string_view>&)>& on_entry) {
+  std::vector<std::string_view> lines = SplitLines(text);
+  if (lines.empty()) return LineError(path, 1, "empty file, expected the version line");
+  if (lines[0] != kCheckpointVersion) {
+    return LineError(
+        path, 1,
+        fmt::format("unsupported version '{}', expected {}", lines[0], kCheckpointVersion));
+  }
+  if (lines.size() < 2) return LineError(path, 2, "missing the entry count line");
+  std::optional<int32_t> count = ParseInt<int32_t>(lines[1]);
+  if (!count || *count < 0) {
+    return LineError(path, 2, fmt::format("bad entry count '{}'", lines[1]));
+  }
+  size_t found = lines.size() - 2;
+  if (found != static_cast<size_t>(*count)) {
+    return LineError(path, 2,
+                     fmt::format("the entry count is {} but {} entry lines follow", *count, found));
+  }
+  for (size_t i = 2; i < lines.size(); ++i) {
+    std::vector<std::string_view> f = SplitFields(lines[i]);
+    if (f.size() != fields) {
+      return LineError(path, i + 1, fmt::format("expected {} fields, got '{}'", fields, lines[i]));
+    }
+    Status s = on_entry(f);
+    if (!s.ok()) return LineError(path, i + 1, std::string(s.message().data(), s.message().size()));
+  }
+  return absl::OkStatus();
+}
+
+bool EpochEntryFollows(const EpochEntry& prev, const EpochEntry& next) {
+  return next.epoch > prev.epoch && next.start_offset > prev.start_offset;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- OffsetCheckpointFile
+
+StatusOr<std::map<TopicPartition, int64_t>> OffsetCheckpointFile::Read() const {
+  RUNNEL_ASSIGN_OR_RETURN(std::optional<std::string> text, ReadWholeFile(path_));
+  std::map<TopicPartition, int64_t> out;
+  if (!text) return out;
+  RUNNEL_RETURN_IF_ERROR(
+      ParseCheckpoint(path_, *text, 3, [&](const std::vector<std::string_view>& f) -> Status {
+        if (!IsValidTopicName(f[0])) {
+          return absl::InvalidArgumentError(fmt::format("invalid topic name '{}'", f[0]));
+        }
+        std::optional<int32_t> partition = ParseInt<int32_t>(f[1]);
+        if (!partition || *partition < 0) {
+          return absl::InvalidArgumentError(fmt::format("bad partition '{}'", f[1]));
+        }
+        std::optional<int64_t> offset = ParseInt<int64_t>(f[2]);
+        if (!offset) return absl::InvalidArgumentError(fmt::format("bad offset '{}'", f[2]));
+        TopicPartition tp{std::string(f[0]), *partition};
+        if (!out.emplace(tp, *offset).second) {
+          return absl::InvalidArgumentError(fmt::format("{} appears twice", tp.ToString()));
+        }
+        return absl::OkStatus();
+      }));
+  return out;
+}
+
+Status OffsetCheckpointFile::Write(const std::map<TopicPartition, int64_t>& offsets) const {
+  std::string text = fmt::format("{}\n{}\n", kCheckpointVersion, offsets.size());
+  for (const auto& [tp, offset] : offsets) {
+    // A space or newline in a topic would make the file unreadable; Kafka's topic names
+    // cannot hold one, so such a name is a bug upstream.
+    if (!IsValidTopicName(tp.topic) || tp.partition < 0) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}: cannot checkpoint invalid partition '{}'", path_, tp.ToString()));
+    }
+    text += fmt::format("{} {} {}\n", tp.topic, tp.partition, offset);
+  }
+  return WriteFileDurably(path_, text);
+}
+
+// ---------------------------------------------------------------- LeaderEpochCache
+
+StatusOr<LeaderEpochCache> LeaderEpochCache::Load(const std::string& path) {
+  LeaderEpochCache cache;
+  cache.path_ = path;
+  RUNNEL_ASSIGN_OR_RETURN(std::optional<std::string> text, ReadWholeFile(path));
+  if (!text) return cache;
+  std::vector<EpochEntry>& entries = cache.entries_;
+  RUNNEL_RETURN_IF_ERROR(
+      ParseCheckpoint(path, *text, 2, [&](const std::vector<std::string_view>& f) -> Status {
+        std::optional<int32_t> epoch = ParseInt<int32_t>(f[0]);
+        std::optional<int64_t> start = ParseInt<int64_t>(f[1]);
+        if (!epoch || *epoch < 0 || !start || *start < 0) {
+          return absl::InvalidArgumentError(
+              fmt::format("bad entry '{} {}', expected 'epoch startOffset'", f[0], f[1]));
+        }
+        EpochEntry e{*epoch, *start};
+        if (!entries.empty() && !EpochEntryFollows(entries.back(), e)) {
+          return absl::InvalidArgumentError(fmt::format(
+              "epoch {} at offset {} does not follow epoch {} at offset {} (both must rise)",
+              e.epoch, e.start_offset, entries.back().epoch, entries.back().start_offset));
+        }
+        entries.push_back(e);
+        return absl::OkStatus();
+      }));
+  return cache;
+}
+
+std::optional<EpochEntry> LeaderEpochCache::Latest() const {
+  if (entries_.empty()) return std::nullopt;
+  return entries_.back();
+}
+
+Status LeaderEpochCache::Assign(int32_t epoch, int64_t start_offset) {
+  if (epoch < 0 || start_offset < 0) {
+    return absl::InvalidArgumentError(
+        fmt::format("{}: cannot assign epoch {} at offset {}", path_, epoch, start_offset));
+  }
+  if (!entries_.empty() && entries_.back().epoch == epoch &&
+      entries_.back().start_offset <= start_offset) {
+    return absl::OkStatus();  // the epoch is already known to start here or earlier
+  }
+  std::vector<EpochEntry> before = entries_;
+  // What the log says now wins: an entry for this epoch or a later one, or starting at or
+  // after this offset, contradicts it.
+  while (!entries_.empty() &&
+         (entries_.back().epoch >= epoch || entries_.back().start_offset >= start_offset)) {
+    entries_.pop_back();
+  }
+  entries_.push_back({epoch, start_offset});
+  Status s = Persist();
+  if (!s.ok()) entries_ = std::move(before);
+  return s;
+}
+
+Status LeaderEpochCache::TruncateFromEnd(int64_t end_offset) {
+  if (end_offset < 0 || entries_.empty() || entries_.back().start_offset < end_offset) {
+    return absl::OkStatus();
+  }
+  std::vector<EpochEntry> before = entries_;
+  while (!entries_.empty() && entries_.back().start_offset >= end_offset) entries_.pop_back();
+  Status s = Persist();
+  if (!s.ok()) entries_ = std::move(before);
+  return s;
+}
+
+Status LeaderEpochCache::TruncateFromStart(int64_t start_offset) {
+  // Entries starting at or before the new log start: the last of them covers it.
+  auto first_after = std::find_if(entries_.begin(), entries_.end(), [&](const EpochEntry& e) {
+    return e.start_offset > start_offset;
+  });
+  if (first_after == entries_.begin()) return absl::OkStatus();
+  EpochEntry covering{std::prev(first_after)->epoch, start_offset};
+  std::vector<EpochEntry> after{covering};
+  after.insert(after.end(), first_after, entries_.end());
+  if (after == entries_) return absl::OkStatus();
+  std::vector<EpochEntry> before = std::exchange(entries_, std::move(after));
+  Status s = Persist();
+  if (!s.ok()) entries_ = std::move(before);
+  return s;
+}
+
+std::optional<std::pair<int32_t, int64_t>> LeaderEpochCache::EndOffsetFor(
+    int32_t epoch, int64_t log_end_offset) const {
+  if (epoch < 0 || entries_.empty()) return std::nullopt;
+  if (entries_.back().epoch == epoch) return std::make_pair(epoch, log_end_offset);
+  auto higher =
+      std::upper_bound(entries_.begin(), entries_.end(), epoch,
+                       [](int32_t e, const EpochEntry& entry) { return e < entry.epoch; });
+  // Above every epoch known: nothing to say (the leader fences such requests before asking).
+  if (higher == entries_.end()) return std::nullopt;
+  // Below every epoch known (its entries went with the log start): the requested epoch ends
+  // where the first known one starts, so a follower truncates no further than that.
+  if (higher == entries_.begin()) return std::make_pair(epoch, higher->start_offset);
+  return std::make_pair(std::prev(higher)->epoch, higher->start_offset);
+}
+
+Status LeaderEpochCache::Reset(std::vector<EpochEntry> entries) {
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const EpochEntry& e = entries[i];
+    if (e.epoch < 0 || e.start_offset < 0 || (i > 0 && !EpochEntryFollows(entries[i - 1], e))) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}: entry {} (epoch {} at offset {}) breaks the rising order", path_, i,
+                      e.epoch, e.start_offset));
+    }
+  }
+  std::vector<EpochEntry> before = std::exchange(entries_, std::move(entries));
+  Status s = Persist();
+  if (!s.ok()) entries_ = std::move(before);
+  return s;
+}
+
+Status LeaderEpochCache::Persist() const {
+  std::string text = fmt::format("{}\n{}\n", kCheckpointVersion, entries_.size());
+  for (const EpochEntry& e : entries_) text += fmt::format("{} {}\n", e.epoch, e.start_offset);
+  return WriteFileDurably(path_, text);
+}
+
+// ---------------------------------------------------------------- partition.metadata
+
+StatusOr<std::string> ReadPartitionMetadata(const std::string& path) {
+  RUNNEL_ASSIGN_OR_RETURN(std::optional<std::string> text, ReadWholeFile(path));
+  if (!text) return absl::NotFoundError(fmt::format("{} does not exist", path));
+  std::vector<std::string_view> lines = SplitLines(*text);
+  // "key: value", the value after the colon and its spaces.
+  auto value_of = [&](size_t i, std::string_view key) -> std::optional<std::string_view> {
+    if (i >= lines.size()) return std::nullopt;
+    std::string_view line = lines[i];
+    if (!line.starts_with(key) || line.substr(key.size(), 1) != ":") return std::nullopt;
+    line.remove_prefix(key.size() + 1);
+    size_t start = line.find_first_not_of(" \t");
+    if (start == 0 || start == std::string_view::npos) return std::nullopt;
+    return line.substr(start);
+  };
+  std::optional<std::string_view> version = value_of(0, "version");
+  if (!version || *version != kCheckpointVersion) {
+    return LineError(path, 1, "expected 'version: 0'");
+  }
+  std::optional<std::string_view> id = value_of(1, "topic_id");
+  if (!id || !protocol::Uuid::FromString(*id)) {
+    return LineError(path, 2, "expected 'topic_id: <22-character base64 topic id>'");
+  }
+  for (size_t i = 2; i < lines.size(); ++i) {
+    if (!lines[i].empty()) return LineError(path, i + 1, "unexpected line after the topic id");
+  }
+  return std::string(*id);
+}
+
+Status WritePartitionMetadata(const std::string& path, const std::string& topic_id_base64) {
+  if (!protocol::Uuid::FromString(topic_id_base64)) {
+    return absl::InvalidArgumentError(
+        fmt::format("{}: '{}' is not a base64 topic id", path, topic_id_base64));
+  }
+  return WriteFileDurably(
+      path, fmt::format("version: {}\ntopic_id: {}\n", kCheckpointVersion, topic_id_base64));
+}
+
+}  // namespace runnel::storaged

@@ -1,0 +1,89 @@
+// Log compaction (cleanup.policy=compact): keeps the last record of every key, in place of
+// the segments it cleans, with the original offsets (gaps are fine).
+//
+// For a log, the cleaner
+//  1. finds the dirty range [first dirty offset, first uncleanable offset): the first
+//     uncleanable offset is the active segment's base, or earlier, the base of the first
+//     segment with records newer than min.compaction.lag.ms (by its largest timestamp);
+//  2. maps every key in the dirty range to its last offset (bounded memory: when the map is
+//     full, the dirty range ends at the last whole batch mapped; the first batch is always
+//     mapped, so a pass makes progress whatever the bound);
+//  3. rewrites each non-active segment below the end of the mapped range, keeping a record
+//     when no later record has its key, and a tombstone (null value) until its batch's delete
+//     horizon (set to now + delete.retention.ms the first time the tombstone is cleaned,
+//     Kafka's KIP-534 scheme) has passed; records below the log start offset and records
+//     without a key go; control batches (transaction markers) and transactional batches are
+//     kept unchanged and transactional records are not mapped (until aborted transactions
+//     can be told apart, a transactional record must neither go nor make others go); a
+//     batch left with no records is dropped; a kept batch keeps its base offset, last offset
+//     delta, producer fields, leader epoch and codec; a segment in which nothing changes is
+//     not rewritten;
+//  4. swaps each cleaned segment in with Log::ReplaceSegment (crash-safe), and moves the
+//     log's first dirty offset to the end of the cleaned range. A swap refused because the
+//     segment went away meanwhile (retention, truncation) ends the pass without moving it.
+// A log is picked when its dirty ratio (dirty bytes / (clean + dirty bytes), the bytes of the
+// segments in [log start, first dirty) and [first dirty, first uncleanable), as Kafka counts)
+// is above min.cleanable.dirty.ratio, or when it has dirty bytes and a non-active segment from
+// the first dirty offset on holds a record older than max.compaction.lag.ms.
+//
+// Threads: one thread calls CleanOnce / Clean; the cleaner reads segments without locks (a
+// non-active segment does not change) and takes the log's locks only inside ReplaceSegment.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/util/status.h"
+#include "storaged/log/log.h"
+
+namespace runnel::storaged {
+
+struct CleanerStats {
+  int64_t segments_cleaned = 0;  // segments replaced by a cleaned copy
+  int64_t bytes_read = 0;        // batch bytes read, mapping and rewriting
+  int64_t bytes_written = 0;     // bytes of the cleaned copies
+  int64_t records_removed = 0;   // every record removed, tombstones included
+  int64_t tombstones_removed = 0;
+  int64_t end_offset = -1;  // the first dirty offset after the pass
+  bool aborted = false;     // a swap was refused; the first dirty offset did not move
+};
+
+struct CleanerOptions {
+  std::function<int64_t()> now_ms;   // defaults to the system clock
+  size_t max_map_entries = 1 << 20;  // keys held in the offset map per pass
+  // Tests: runs before each segment swap, to change the log under a pass.
+  std::function<void(Log&, const Segment&)> before_swap;
+};
+
+class Cleaner {
+ public:
+  explicit Cleaner(CleanerOptions options);
+
+  // The dirty ratio of `log`, and whether it should be cleaned now.
+  double DirtyRatio(const Log& log) const;
+  bool NeedsCleaning(const Log& log) const;
+
+  // Cleans the log that needs it most (highest dirty ratio) among `logs` (compacted ones
+  // only). Returns whether it cleaned one; replaced segments are added to `to_unlink` for
+  // delayed unlinking. A log whose cleaning fails is returned as the error (naming it) and
+  // skipped by later calls, as Kafka marks a partition uncleanable.
+  StatusOr<bool> CleanOnce(const std::vector<std::shared_ptr<Log>>& logs,
+                           std::vector<std::shared_ptr<Segment>>* to_unlink);
+  // Cleans `log` now, whatever its dirty ratio (also when its dirty range is empty, which
+  // still drops tombstones past their horizon). FailedPrecondition when the log is not
+  // compacted.
+  StatusOr<CleanerStats> Clean(Log& log, std::vector<std::shared_ptr<Segment>>* to_unlink);
+
+ private:
+  int64_t Now() const;
+  bool IsUncleanable(const std::shared_ptr<Log>& log);
+
+  CleanerOptions options_;
+  std::mutex mu_;
+  std::vector<std::weak_ptr<Log>> uncleanable_;  // logs whose cleaning failed
+};
+
+}  // namespace runnel::storaged

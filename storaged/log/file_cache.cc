@@ -1,0 +1,64 @@
+#include "storaged/log/file_cache.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+namespace runnel::storaged {
+
+FileHandle::~FileHandle() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+StatusOr<std::shared_ptr<FileHandle>> FileCache::Get(const std::string& path, bool create) {
+  // Handles dropped from the cache close outside the lock (when nobody else holds them).
+  std::vector<std::shared_ptr<FileHandle>> evicted;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = by_path_.find(path); it != by_path_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->second;
+  }
+  int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
+  int fd = ::open(path.c_str(), flags, 0644);
+  if (fd < 0) {
+    int err = errno;
+    std::string message = fmt::format("open {}: {}", path, std::strerror(err));
+    return err == ENOENT ? absl::NotFoundError(message) : absl::InternalError(message);
+  }
+  ++opens_;
+  auto handle = std::make_shared<FileHandle>(fd);
+  lru_.emplace_front(path, handle);
+  by_path_[path] = lru_.begin();
+  while (lru_.size() > max_open_) {
+    by_path_.erase(lru_.back().first);
+    evicted.push_back(std::move(lru_.back().second));
+    lru_.pop_back();
+  }
+  return handle;
+}
+
+void FileCache::Forget(const std::string& path) {
+  std::shared_ptr<FileHandle> dropped;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_path_.find(path);
+  if (it == by_path_.end()) return;
+  dropped = std::move(it->second->second);
+  lru_.erase(it->second);
+  by_path_.erase(it);
+}
+
+size_t FileCache::open_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lru_.size();
+}
+
+uint64_t FileCache::opens() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return opens_;
+}
+
+}  // namespace runnel::storaged

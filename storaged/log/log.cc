@@ -1,0 +1,894 @@
+#include "storaged/log/log.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include "common/log/log.h"
+#include "common/protocol/uuid.h"
+
+namespace runnel::storaged {
+namespace {
+
+using protocol::ErrorCode;
+
+std::shared_ptr<spdlog::logger> Logger() {
+  static auto logger = log::Get("storaged.log");
+  return logger;
+}
+
+Status ErrnoStatus(std::string_view what, const std::string& path) {
+  int e = errno;
+  return absl::InternalError(fmt::format("{} {}: {}", what, path, std::strerror(e)));
+}
+
+Status FsyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("open", dir);
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return ErrnoStatus("fsync", dir);
+  return absl::OkStatus();
+}
+
+StatusOr<std::vector<std::string>> ListDir(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return ErrnoStatus("opendir", dir);
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(std::move(name));
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// "<20 digits>.<kind><suffix>" -> base offset, for any of the three segment file kinds.
+std::optional<int64_t> SegmentBaseOf(std::string_view name, std::string_view suffix) {
+  for (std::string_view kind : {kLogSuffix, kIndexSuffix, kTimeIndexSuffix}) {
+    std::string full = std::string(kind) + std::string(suffix);
+    if (std::optional<int64_t> base = ParseSegmentFileName(name, full)) return base;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Log::Log(LogOptions options) : options_(std::move(options)), config_(options_.config) {
+  if (!options_.now_ms) {
+    options_.now_ms = [] {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    };
+  }
+}
+
+Log::~Log() {
+  if (!closed_) {
+    Status s = Close();
+    if (!s.ok()) Logger()->warn("[{}] close: {}", tp().ToString(), s.message());
+  }
+}
+
+StatusOr<std::unique_ptr<Log>> Log::Open(LogOptions options, std::string topic_id,
+                                         int64_t recovery_point, int64_t log_start_offset,
+                                         bool clean_shutdown, LoadReport* report) {
+  LoadReport local;
+  if (report == nullptr) report = &local;
+  std::unique_ptr<Log> log(new Log(std::move(options)));
+  const std::string& dir = log->options_.dir;
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", dir);
+  std::string metadata_path = dir + "/" + std::string(kPartitionMetadata);
+  if (::access(metadata_path.c_str(), F_OK) == 0) {
+    RUNNEL_ASSIGN_OR_RETURN(std::string stored, ReadPartitionMetadata(metadata_path));
+    if (!topic_id.empty() && stored != topic_id) {
+      return absl::FailedPreconditionError(fmt::format(
+          "{} belongs to topic id {}, not {}: the old topic's data is still there", dir, stored,
+          topic_id));
+    }
+    topic_id = stored;
+  } else if (!topic_id.empty()) {
+    RUNNEL_RETURN_IF_ERROR(WritePartitionMetadata(metadata_path, topic_id));
+  }
+  log->topic_id_ = topic_id;
+  RUNNEL_RETURN_IF_ERROR(log->Load(recovery_point, log_start_offset, clean_shutdown, report));
+  return log;
+}
+
+Status Log::RemoveLeftovers(LoadReport* report) {
+  const std::string& dir = options_.dir;
+  RUNNEL_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(dir));
+  auto remove = [&](const std::string& name, std::string_view why) -> Status {
+    std::string path = dir + "/" + name;
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("unlink", path);
+    report->removed_files++;
+    report->notes.push_back(fmt::format("removed {} ({})", name, why));
+    return absl::OkStatus();
+  };
+  // A swap in progress: the cleaned copy was complete (it is flushed before being named
+  // .swap), so finish it: drop the segment it replaces and give it the final names.
+  for (const std::string& name : names) {
+    std::optional<int64_t> base = ParseSegmentFileName(name, std::string(kLogSuffix) +
+                                                                 std::string(kSwapSuffix));
+    if (!base) continue;
+    for (std::string_view kind : {kLogSuffix, kIndexSuffix, kTimeIndexSuffix}) {
+      std::string final_path = SegmentFilePath(dir, *base, kind);
+      std::string swap_path = final_path + std::string(kSwapSuffix);
+      if (::access(swap_path.c_str(), F_OK) == 0) {
+        if (::rename(swap_path.c_str(), final_path.c_str()) != 0) {
+          return ErrnoStatus("rename", swap_path);
+        }
+      } else if (kind != kLogSuffix) {
+        // No index came with the swap: the old one must not survive; it is rebuilt.
+        ::unlink(final_path.c_str());
+      }
+    }
+    report->notes.push_back(
+        fmt::format("finished swapping in the cleaned segment {}", OffsetFileStem(*base)));
+    swapped_bases_.insert(*base);
+  }
+  RUNNEL_ASSIGN_OR_RETURN(names, ListDir(dir));
+  std::set<int64_t> log_bases;
+  for (const std::string& name : names) {
+    if (std::optional<int64_t> b = ParseSegmentFileName(name, kLogSuffix)) log_bases.insert(*b);
+  }
+  for (const std::string& name : names) {
+    if (EndsWith(name, kCleanedSuffix) && SegmentBaseOf(name, kCleanedSuffix)) {
+      RUNNEL_RETURN_IF_ERROR(remove(name, "unfinished compaction output"));
+    } else if (EndsWith(name, kDeletedSuffix) && SegmentBaseOf(name, kDeletedSuffix)) {
+      RUNNEL_RETURN_IF_ERROR(remove(name, "segment already deleted"));
+    } else if (EndsWith(name, kSwapSuffix) && SegmentBaseOf(name, kSwapSuffix)) {
+      RUNNEL_RETURN_IF_ERROR(remove(name, "index of an unfinished swap"));
+    } else if (std::optional<int64_t> b = SegmentBaseOf(name, "")) {
+      if (!log_bases.count(*b)) RUNNEL_RETURN_IF_ERROR(remove(name, "index without a .log"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status Log::Load(int64_t recovery_point, int64_t log_start_offset, bool clean_shutdown,
+                 LoadReport* report) {
+  const std::string& dir = options_.dir;
+  const std::string name = tp().ToString();
+  const LogConfig cfg = config();
+  RUNNEL_RETURN_IF_ERROR(RemoveLeftovers(report));
+  RUNNEL_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(dir));
+  std::vector<int64_t> bases;
+  for (const std::string& n : names) {
+    if (std::optional<int64_t> b = ParseSegmentFileName(n, kLogSuffix)) bases.push_back(*b);
+  }
+  std::sort(bases.begin(), bases.end());
+
+  std::vector<std::shared_ptr<Segment>> loaded;
+  bool cut = false;  // a recovered segment lost its tail: every later segment goes too
+  for (size_t i = 0; i < bases.size(); ++i) {
+    bool last = i + 1 == bases.size();
+    RUNNEL_ASSIGN_OR_RETURN(std::unique_ptr<Segment> seg,
+                            Segment::Open(dir, bases[i], cfg.segment_index_bytes,
+                                          /*create=*/false, /*active=*/last, options_.files));
+    seg->set_created_ms(options_.now_ms());
+    if (cut) {
+      report->notes.push_back(fmt::format(
+          "deleted segment {} after the truncated one", OffsetFileStem(bases[i])));
+      RUNNEL_RETURN_IF_ERROR(seg->Delete());
+      continue;
+    }
+    // A segment holds offsets at or after the recovery point when the next one starts after it.
+    bool after_recovery_point = last || bases[i + 1] > recovery_point;
+    bool recover = (!clean_shutdown && after_recovery_point) || swapped_bases_.count(bases[i]);
+    if (!recover) {
+      Status clean = seg->LoadClean(cfg.index_interval_bytes);
+      if (!clean.ok()) {
+        report->notes.push_back(fmt::format("segment {} needs recovery: {}",
+                                            OffsetFileStem(bases[i]), clean.message()));
+        recover = true;
+      } else if (seg->rebuilt_indexes()) {
+        report->rebuilt_indexes++;
+        report->notes.push_back(
+            fmt::format("rebuilt the indexes of segment {}", OffsetFileStem(bases[i])));
+      }
+    }
+    if (recover) {
+      RUNNEL_ASSIGN_OR_RETURN(SegmentRecovery r, seg->Recover(cfg.index_interval_bytes));
+      report->recovered_segments++;
+      report->rebuilt_indexes++;
+      if (r.truncated_bytes > 0) {
+        report->truncated_bytes += r.truncated_bytes;
+        report->notes.push_back(fmt::format(
+            "truncated segment {} from {} to {} bytes: {}", OffsetFileStem(bases[i]),
+            r.valid_bytes + r.truncated_bytes, r.valid_bytes, r.reason));
+        cut = !last;
+      }
+    }
+    loaded.push_back(std::move(seg));
+  }
+  if (cut && !loaded.back()->active()) RUNNEL_RETURN_IF_ERROR(loaded.back()->Reactivate());
+  if (loaded.empty()) {
+    int64_t base = std::max<int64_t>(log_start_offset, 0);
+    RUNNEL_ASSIGN_OR_RETURN(std::unique_ptr<Segment> seg,
+                            Segment::Open(dir, base, cfg.segment_index_bytes, /*create=*/true,
+                                          /*active=*/true, options_.files));
+    seg->set_created_ms(options_.now_ms());
+    loaded.push_back(std::move(seg));
+  }
+  for (const std::shared_ptr<Segment>& s : loaded) segments_[s->base_offset()] = s;
+  report->segments += int(loaded.size());
+
+  const Segment& active = *loaded.back();
+  int64_t end = active.size() > 0 ? active.next_offset() : active.base_offset();
+  // An empty active segment after a non-empty one keeps the end where the segment starts.
+  end = std::max(end, active.base_offset());
+  log_end_offset_.store(end);
+  int64_t start = std::max(log_start_offset, loaded.front()->base_offset());
+  log_start_offset_.store(std::min(start, end));
+  first_dirty_offset_.store(log_start_offset_.load());
+
+  // What was recovered is flushed now, so the recovery point can move to the end.
+  for (const std::shared_ptr<Segment>& s : loaded) {
+    if (s->next_offset() > recovery_point || !clean_shutdown) RUNNEL_RETURN_IF_ERROR(s->Flush());
+  }
+  recovery_point_.store(end);
+  last_flush_ms_.store(options_.now_ms());
+
+  StatusOr<LeaderEpochCache> epochs =
+      LeaderEpochCache::Load(dir + "/" + std::string(kLeaderEpochCheckpoint));
+  if (!epochs.ok()) {
+    report->notes.push_back(
+        fmt::format("rebuilding leader epochs: {}", epochs.status().message()));
+    RUNNEL_RETURN_IF_ERROR(RebuildLeaderEpochs());
+  } else {
+    epochs_ = std::move(*epochs);
+    RUNNEL_RETURN_IF_ERROR(epochs_->TruncateFromEnd(end));
+    RUNNEL_RETURN_IF_ERROR(epochs_->TruncateFromStart(log_start_offset_.load()));
+  }
+  if (!report->notes.empty()) {
+    for (const std::string& note : report->notes) Logger()->warn("[{}] {}", name, note);
+  }
+  return absl::OkStatus();
+}
+
+Status Log::RebuildLeaderEpochs() {
+  std::vector<EpochEntry> entries;
+  for (const auto& [base, seg] : segments_) {
+    RUNNEL_RETURN_IF_ERROR(seg->ScanBatches(0, seg->size(), [&](const BatchLocation& loc) {
+      if (loc.partition_leader_epoch >= 0 &&
+          (entries.empty() || loc.partition_leader_epoch > entries.back().epoch)) {
+        entries.push_back({loc.partition_leader_epoch, loc.base_offset});
+      }
+      return true;
+    }));
+  }
+  // The corrupt file goes first: loading a missing file gives an empty cache for the path.
+  std::string path = options_.dir + "/" + std::string(kLeaderEpochCheckpoint);
+  ::unlink(path.c_str());
+  RUNNEL_ASSIGN_OR_RETURN(LeaderEpochCache fresh, LeaderEpochCache::Load(path));
+  epochs_ = std::move(fresh);
+  return epochs_->Reset(std::move(entries));
+}
+
+LogConfig Log::config() const {
+  std::lock_guard lock(config_mu_);
+  return config_;
+}
+
+void Log::SetConfig(const LogConfig& config) {
+  std::lock_guard lock(config_mu_);
+  config_ = config;
+}
+
+std::shared_ptr<Segment> Log::ActiveSegment() const {
+  std::lock_guard lock(segments_mu_);
+  return segments_.rbegin()->second;
+}
+
+std::vector<std::shared_ptr<Segment>> Log::Segments() const {
+  std::lock_guard lock(segments_mu_);
+  std::vector<std::shared_ptr<Segment>> out;
+  out.reserve(segments_.size());
+  for (const auto& [base, seg] : segments_) out.push_back(seg);
+  return out;
+}
+
+std::vector<std::shared_ptr<Segment>> Log::SegmentsFrom(int64_t offset) const {
+  std::lock_guard lock(segments_mu_);
+  auto it = segments_.upper_bound(offset);
+  if (it != segments_.begin()) --it;
+  std::vector<std::shared_ptr<Segment>> out;
+  for (; it != segments_.end(); ++it) out.push_back(it->second);
+  return out;
+}
+
+LogState Log::State() const {
+  LogState s;
+  s.log_start_offset = log_start_offset_.load();
+  s.log_end_offset = log_end_offset_.load();
+  s.high_watermark = s.log_end_offset;  // a single replica: everything appended is committed
+  s.recovery_point = recovery_point_.load();
+  std::lock_guard lock(segments_mu_);
+  for (const auto& [base, seg] : segments_) s.size_bytes += seg->size();
+  s.segments = int(segments_.size());
+  return s;
+}
+
+void Log::Notify() {
+  if (options_.on_change) options_.on_change(tp(), State());
+}
+
+AppendResult Log::Fail(ErrorCode code, std::string message, int batch_index) const {
+  AppendResult r;
+  r.error = code;
+  r.error_message = std::move(message);
+  r.batch_index = batch_index;
+  r.log_start_offset = log_start_offset_.load();
+  return r;
+}
+
+bool Log::ShouldRollLocked(const Segment& active, int64_t append_bytes, int64_t last_offset,
+                           int64_t max_timestamp) const {
+  const LogConfig cfg = config();
+  int64_t size = active.size();
+  if (size > 0 && size + append_bytes > cfg.segment_bytes) return true;
+  if (size > 0) {
+    // segment.ms counts, as in Kafka, from the first batch's timestamp to the new batch's
+    // (so old timestamps do not roll a segment per append), or by the wall clock from the
+    // segment's creation when the batches carry no timestamps.
+    int64_t waited = active.rolling_timestamp() >= 0
+                         ? max_timestamp - active.rolling_timestamp()
+                         : options_.now_ms() - active.created_ms();
+    // A compacted log also rolls by max.compaction.lag.ms, so no record waits in the
+    // (never cleaned) active segment longer than that.
+    int64_t roll_ms = cfg.segment_ms;
+    if (cfg.cleanup_compact) roll_ms = std::min(roll_ms, cfg.max_compaction_lag_ms);
+    if (waited > roll_ms) return true;
+  }
+  if (active.IndexFull()) return true;
+  return last_offset - active.base_offset() > INT32_MAX;
+}
+
+Status Log::RollLocked() {
+  std::shared_ptr<Segment> old = ActiveSegment();
+  int64_t base = log_end_offset_.load();
+  if (old->base_offset() == base) return absl::OkStatus();  // already empty at the end
+  RUNNEL_RETURN_IF_ERROR(old->OnRoll());
+  RUNNEL_ASSIGN_OR_RETURN(std::unique_ptr<Segment> seg,
+                          Segment::Open(options_.dir, base, config().segment_index_bytes,
+                                        /*create=*/true, /*active=*/true, options_.files));
+  seg->set_created_ms(options_.now_ms());
+  {
+    std::lock_guard lock(segments_mu_);
+    segments_[base] = std::move(seg);
+  }
+  Logger()->debug("[{}] rolled a new segment at offset {}", tp().ToString(), base);
+  return absl::OkStatus();
+}
+
+AppendResult Log::Append(std::span<uint8_t> records, int32_t leader_epoch) {
+  const LogConfig cfg = config();
+  StatusOr<std::vector<record::BatchView>> batches = record::SplitBatches(records);
+  if (!batches.ok()) return Fail(ErrorCode::kCorruptMessage, std::string(batches.status().message()));
+  if (batches->empty()) return Fail(ErrorCode::kInvalidRecord, "no record batches");
+  record::ValidationOptions vo;
+  vo.max_batch_bytes = cfg.max_message_bytes;
+  vo.require_keys = cfg.cleanup_compact;
+  if (cfg.timestamp_type == record::TimestampType::kCreateTime &&
+      (cfg.timestamp_before_max_ms != INT64_MAX || cfg.timestamp_after_max_ms != INT64_MAX)) {
+    vo.now_ms = options_.now_ms();
+    vo.timestamp_before_max_ms = cfg.timestamp_before_max_ms;
+    vo.timestamp_after_max_ms = cfg.timestamp_after_max_ms;
+  }
+  for (size_t i = 0; i < batches->size(); ++i) {
+    const record::BatchView& b = (*batches)[i];
+    record::BatchError e = record::ValidateBatch(b.bytes(), vo);
+    if (!e.ok()) {
+      std::string message = e.message;
+      if (e.code == ErrorCode::kInvalidRecord && cfg.cleanup_compact) {
+        message = fmt::format("{} (topic partition {})", e.message, tp().ToString());
+      }
+      return Fail(e.code, std::move(message), int(i));
+    }
+  }
+  bool needs_flush = false;
+  AppendResult result;
+  {
+    std::lock_guard lock(append_mu_);
+    result = AppendLocked(records, *batches, leader_epoch, &needs_flush);
+  }
+  if (result.error != ErrorCode::kNone) return result;
+  Notify();
+  if (needs_flush) {
+    Status flushed = FlushUpTo(result.last_offset + 1);
+    if (!flushed.ok()) {
+      failed_.store(true);
+      Logger()->error("[{}] flush failed, the log takes no more appends: {}", tp().ToString(),
+                      flushed.message());
+      return Fail(ErrorCode::kKafkaStorageError, std::string(flushed.message()));
+    }
+  }
+  return result;
+}
+
+AppendResult Log::AppendLocked(std::span<uint8_t> records,
+                               const std::vector<record::BatchView>& batches, int32_t leader_epoch,
+                               bool* needs_flush) {
+  if (closed_) return Fail(ErrorCode::kNotLeaderOrFollower, "the log is closed");
+  if (failed_.load()) {
+    return Fail(ErrorCode::kKafkaStorageError, "an earlier I/O error took this log offline");
+  }
+  const LogConfig cfg = config();
+  const int64_t now = options_.now_ms();
+  int64_t next = log_end_offset_.load();
+  AppendResult result;
+  result.base_offset = next;
+  int64_t messages = 0;
+  int64_t max_timestamp = -1;
+  for (const record::BatchView& b : batches) {
+    std::span<uint8_t> bytes(records.data() + (b.bytes().data() - records.data()),
+                             b.size_in_bytes());
+    record::SetBaseOffset(bytes, next);
+    record::SetPartitionLeaderEpoch(bytes, leader_epoch);
+    if (cfg.timestamp_type == record::TimestampType::kLogAppendTime) {
+      record::SetLogAppendTime(bytes, now);
+      result.log_append_time = now;
+    }
+    next += int64_t(b.last_offset_delta()) + 1;
+    messages += b.record_count();
+    max_timestamp = std::max(max_timestamp, b.max_timestamp());
+  }
+  result.last_offset = next - 1;
+  // The views read the header bytes just rewritten, so they see the assigned offsets.
+  std::shared_ptr<Segment> active = ActiveSegment();
+  if (ShouldRollLocked(*active, int64_t(records.size()), result.last_offset, max_timestamp)) {
+    Status rolled = RollLocked();
+    if (!rolled.ok()) {
+      return Fail(ErrorCode::kKafkaStorageError, std::string(rolled.message()));
+    }
+    active = ActiveSegment();
+    if (options_.on_roll) options_.on_roll(tp(), active->base_offset());
+  }
+  Status written = active->Append(records, batches, cfg.index_interval_bytes);
+  if (!written.ok()) {
+    Logger()->error("[{}] append failed: {}", tp().ToString(), written.message());
+    return Fail(ErrorCode::kKafkaStorageError, std::string(written.message()));
+  }
+  log_end_offset_.store(next, std::memory_order_release);
+  if (leader_epoch >= 0) {
+    std::lock_guard lock(epochs_mu_);
+    std::optional<EpochEntry> latest = epochs_->Latest();
+    if (!latest || leader_epoch > latest->epoch) {
+      Status s = epochs_->Assign(leader_epoch, result.base_offset);
+      if (!s.ok()) Logger()->warn("[{}] leader epoch checkpoint: {}", tp().ToString(), s.message());
+    }
+  }
+  int64_t total = appended_messages_.fetch_add(messages) + messages;
+  *needs_flush = cfg.SyncEveryAppend() ||
+                 (cfg.flush_messages != INT64_MAX &&
+                  total - flushed_messages_snapshot_.load() >= cfg.flush_messages);
+  result.log_start_offset = log_start_offset_.load();
+  return result;
+}
+
+AppendResult Log::AppendWithOffsets(std::span<uint8_t> records) {
+  StatusOr<std::vector<record::BatchView>> batches = record::SplitBatches(records);
+  if (!batches.ok()) return Fail(ErrorCode::kCorruptMessage, std::string(batches.status().message()));
+  if (batches->empty()) return Fail(ErrorCode::kInvalidRecord, "no record batches");
+  for (size_t i = 0; i < batches->size(); ++i) {
+    if (!(*batches)[i].CrcValid()) {
+      return Fail(ErrorCode::kCorruptMessage, "record batch CRC mismatch", int(i));
+    }
+  }
+  AppendResult result;
+  {
+    std::lock_guard lock(append_mu_);
+    if (failed_.load() || closed_) {
+      return Fail(ErrorCode::kKafkaStorageError, "the log is offline");
+    }
+    int64_t next = log_end_offset_.load();
+    if ((*batches)[0].base_offset() < next) {
+      return Fail(ErrorCode::kInvalidRecord,
+                  fmt::format("batch offset {} is below the log end offset {}",
+                              (*batches)[0].base_offset(), next));
+    }
+    for (size_t i = 1; i < batches->size(); ++i) {
+      if ((*batches)[i].base_offset() <= (*batches)[i - 1].last_offset()) {
+        return Fail(ErrorCode::kInvalidRecord, "batch offsets are not increasing", int(i));
+      }
+    }
+    result.base_offset = (*batches)[0].base_offset();
+    result.last_offset = batches->back().last_offset();
+    std::shared_ptr<Segment> active = ActiveSegment();
+    int64_t max_timestamp = -1;
+    for (const record::BatchView& b : *batches) {
+      max_timestamp = std::max(max_timestamp, b.max_timestamp());
+    }
+    if (ShouldRollLocked(*active, int64_t(records.size()), result.last_offset, max_timestamp)) {
+      Status rolled = RollLocked();
+      if (!rolled.ok()) return Fail(ErrorCode::kKafkaStorageError, std::string(rolled.message()));
+    }
+    active = ActiveSegment();
+    if (result.last_offset - active->base_offset() > INT32_MAX ||
+        result.base_offset < active->base_offset()) {
+      return Fail(ErrorCode::kInvalidRecord, "batch offsets do not fit the active segment");
+    }
+    Status written = active->Append(records, *batches, config().index_interval_bytes);
+    if (!written.ok()) return Fail(ErrorCode::kKafkaStorageError, std::string(written.message()));
+    log_end_offset_.store(result.last_offset + 1);
+    result.log_start_offset = log_start_offset_.load();
+  }
+  Notify();
+  return result;
+}
+
+ReadResult Log::Read(int64_t offset, int32_t max_bytes, bool min_one_batch,
+                     std::optional<int64_t> max_offset) const {
+  ReadResult r;
+  r.log_start_offset = log_start_offset_.load();
+  r.log_end_offset = log_end_offset_.load(std::memory_order_acquire);
+  r.high_watermark = r.log_end_offset;
+  if (offset < r.log_start_offset || offset > r.log_end_offset) {
+    r.error = ErrorCode::kOffsetOutOfRange;
+    return r;
+  }
+  const int64_t limit = std::min(max_offset.value_or(r.high_watermark), r.log_end_offset);
+  if (offset >= limit) return r;
+  int64_t budget = std::max(max_bytes, 0);
+  for (const std::shared_ptr<Segment>& seg : SegmentsFrom(offset)) {
+    if (seg->base_offset() >= limit) break;
+    int64_t seg_end = seg->size();
+    StatusOr<std::optional<BatchLocation>> first = seg->FindBatch(offset, seg_end);
+    if (!first.ok()) {
+      Logger()->error("[{}] read: {}", tp().ToString(), first.status().message());
+      r.error = ErrorCode::kKafkaStorageError;
+      return r;
+    }
+    if (!*first) continue;  // the offset is in a gap at the end of this segment
+    const BatchLocation& loc = **first;
+    if (loc.base_offset >= limit || loc.last_offset >= limit) break;
+    int64_t end_position = loc.position;
+    if (r.ranges.empty() && min_one_batch && loc.size > budget) {
+      end_position = loc.position + loc.size;
+    } else {
+      StatusOr<int64_t> end = seg->FindEndPosition(loc.position, budget, seg_end, limit);
+      if (!end.ok()) {
+        Logger()->error("[{}] read: {}", tp().ToString(), end.status().message());
+        r.error = ErrorCode::kKafkaStorageError;
+        return r;
+      }
+      end_position = *end;
+    }
+    if (end_position <= loc.position) break;
+    int32_t length = int32_t(end_position - loc.position);
+    r.ranges.push_back({seg->log_path(), loc.position, length});
+    r.bytes += length;
+    budget -= length;
+    // Continue into the next segment only when this one was read to its end.
+    if (end_position < seg_end || budget <= 0) break;
+    offset = seg->next_offset();
+  }
+  return r;
+}
+
+int32_t Log::EpochForOffset(int64_t offset) const {
+  std::lock_guard lock(epochs_mu_);
+  int32_t epoch = -1;
+  for (const EpochEntry& e : epochs_->entries()) {
+    if (e.start_offset <= offset) epoch = e.epoch;
+  }
+  return epoch;
+}
+
+OffsetLookup Log::LookupMaxTimestamp() const {
+  OffsetLookup out;
+  std::shared_ptr<Segment> best;
+  for (const std::shared_ptr<Segment>& seg : Segments()) {
+    if (seg->max_timestamp() >= 0 && (!best || seg->max_timestamp() > best->max_timestamp())) {
+      best = seg;
+    }
+  }
+  if (!best) return out;  // no timestamps: offset -1, timestamp -1, as Kafka answers
+  int64_t target_ts = best->max_timestamp();
+  StatusOr<std::optional<BatchLocation>> loc =
+      best->FindBatch(best->offset_of_max_timestamp(), best->size());
+  if (!loc.ok() || !*loc) {
+    out.error = ErrorCode::kKafkaStorageError;
+    return out;
+  }
+  out.timestamp = target_ts;
+  out.offset = (*loc)->last_offset;
+  out.leader_epoch = (*loc)->partition_leader_epoch;
+  // The exact record that carries the maximum.
+  Status s = best->ForEachRecordIn(**loc, [&](int64_t offset, int64_t ts, const record::Record&) {
+    if (ts == target_ts) {
+      out.offset = offset;
+      return false;
+    }
+    return true;
+  });
+  if (!s.ok()) Logger()->warn("[{}] max timestamp lookup: {}", tp().ToString(), s.message());
+  return out;
+}
+
+OffsetLookup Log::LookupTimestamp(int64_t timestamp) const {
+  OffsetLookup out;
+  int64_t start = log_start_offset_.load();
+  for (const std::shared_ptr<Segment>& seg : Segments()) {
+    if (seg->max_timestamp() < timestamp) continue;
+    StatusOr<std::optional<BatchLocation>> loc = seg->FindBatchByTimestamp(timestamp);
+    if (!loc.ok()) {
+      out.error = ErrorCode::kKafkaStorageError;
+      return out;
+    }
+    if (!*loc) continue;
+    bool found = false;
+    Status s = seg->ForEachRecordIn(**loc, [&](int64_t offset, int64_t ts, const record::Record&) {
+      if (ts >= timestamp && offset >= start) {
+        out.offset = offset;
+        out.timestamp = ts;
+        found = true;
+        return false;
+      }
+      return true;
+    });
+    if (!s.ok()) {
+      out.error = ErrorCode::kKafkaStorageError;
+      return out;
+    }
+    if (found) {
+      out.leader_epoch = (*loc)->partition_leader_epoch;
+      return out;
+    }
+  }
+  return out;  // nothing at or after the timestamp: -1, -1
+}
+
+OffsetLookup Log::ListOffset(int64_t timestamp) const {
+  OffsetLookup out;
+  switch (timestamp) {
+    case kLatestTimestamp:
+      out.offset = log_end_offset_.load();
+      out.leader_epoch = EpochForOffset(out.offset);
+      return out;
+    case kEarliestTimestamp:
+    case kEarliestLocalTimestamp:
+      out.offset = log_start_offset_.load();
+      out.leader_epoch = EpochForOffset(out.offset);
+      return out;
+    case kMaxTimestamp:
+      return LookupMaxTimestamp();
+    default:
+      if (timestamp < 0) {
+        out.error = ErrorCode::kInvalidRequest;
+        return out;
+      }
+      return LookupTimestamp(timestamp);
+  }
+}
+
+StatusOr<int64_t> Log::DeleteRecordsBefore(int64_t offset, ErrorCode* error) {
+  *error = ErrorCode::kNone;
+  {
+    std::lock_guard lock(append_mu_);
+    int64_t hw = log_end_offset_.load();
+    if (offset == -1) offset = hw;
+    if (offset < 0 || offset > hw) {
+      *error = ErrorCode::kOffsetOutOfRange;
+      return log_start_offset_.load();
+    }
+    if (offset <= log_start_offset_.load()) return log_start_offset_.load();
+    log_start_offset_.store(offset);
+    std::lock_guard elock(epochs_mu_);
+    RUNNEL_RETURN_IF_ERROR(epochs_->TruncateFromStart(offset));
+  }
+  Notify();
+  return offset;
+}
+
+Status Log::TruncateTo(int64_t offset) {
+  {
+    std::lock_guard lock(append_mu_);
+    if (offset >= log_end_offset_.load()) return absl::OkStatus();
+    truncations_.fetch_add(1);
+    std::lock_guard flock(flush_mu_);
+    std::vector<std::shared_ptr<Segment>> doomed;
+    std::shared_ptr<Segment> keep;
+    {
+      std::lock_guard slock(segments_mu_);
+      for (auto it = segments_.begin(); it != segments_.end();) {
+        if (it->first > offset || (it->first == offset && it != segments_.begin())) {
+          doomed.push_back(it->second);
+          it = segments_.erase(it);
+        } else {
+          keep = it->second;
+          ++it;
+        }
+      }
+    }
+    for (const std::shared_ptr<Segment>& s : doomed) RUNNEL_RETURN_IF_ERROR(s->Delete());
+    if (offset < keep->base_offset()) {
+      // Everything goes: start again at `offset`.
+      RUNNEL_RETURN_IF_ERROR(keep->Delete());
+      RUNNEL_ASSIGN_OR_RETURN(std::unique_ptr<Segment> seg,
+                              Segment::Open(options_.dir, offset, config().segment_index_bytes,
+                                            true, true, options_.files));
+      seg->set_created_ms(options_.now_ms());
+      std::lock_guard slock(segments_mu_);
+      segments_.clear();
+      segments_[offset] = std::move(seg);
+      log_start_offset_.store(offset);
+    } else {
+      if (!keep->active()) RUNNEL_RETURN_IF_ERROR(keep->Reactivate());
+      RUNNEL_RETURN_IF_ERROR(keep->TruncateTo(offset));
+    }
+    log_end_offset_.store(offset);
+    if (recovery_point_.load() > offset) recovery_point_.store(offset);
+    std::lock_guard elock(epochs_mu_);
+    RUNNEL_RETURN_IF_ERROR(epochs_->TruncateFromEnd(offset));
+  }
+  Notify();
+  return absl::OkStatus();
+}
+
+Status Log::FlushUpTo(int64_t offset) {
+  std::lock_guard lock(flush_mu_);
+  if (recovery_point_.load() >= offset) return absl::OkStatus();  // a flusher got here first
+  // Everything appended so far is in the page cache: one fdatasync per segment covers it.
+  int64_t target = log_end_offset_.load(std::memory_order_acquire);
+  int64_t messages = appended_messages_.load();
+  for (const std::shared_ptr<Segment>& seg : SegmentsFrom(recovery_point_.load())) {
+    RUNNEL_RETURN_IF_ERROR(seg->Flush());
+  }
+  recovery_point_.store(std::max(recovery_point_.load(), target));
+  flushed_messages_snapshot_.store(messages);
+  last_flush_ms_.store(options_.now_ms());
+  return absl::OkStatus();
+}
+
+Status Log::Flush() { return FlushUpTo(log_end_offset_.load()); }
+
+Status Log::MaybeTimedFlush() {
+  const LogConfig cfg = config();
+  if (cfg.flush_ms == INT64_MAX) return absl::OkStatus();
+  if (recovery_point_.load() >= log_end_offset_.load()) return absl::OkStatus();
+  if (options_.now_ms() - last_flush_ms_.load() < cfg.flush_ms) return absl::OkStatus();
+  return Flush();
+}
+
+int Log::DeleteOldSegments(std::vector<std::shared_ptr<Segment>>* to_unlink) {
+  const LogConfig cfg = config();
+  const int64_t now = options_.now_ms();
+  std::lock_guard lock(append_mu_);
+  if (closed_) return 0;
+  std::vector<std::shared_ptr<Segment>> segs = Segments();
+  // Retention by time may take the active segment too: roll it first, as Kafka does.
+  if (cfg.cleanup_delete && cfg.retention_ms >= 0 && !segs.empty()) {
+    const Segment& active = *segs.back();
+    bool all_expired = active.size() > 0 && active.max_timestamp() >= 0 &&
+                       now - active.max_timestamp() > cfg.retention_ms;
+    for (size_t i = 0; all_expired && i + 1 < segs.size(); ++i) {
+      all_expired = now - segs[i]->max_timestamp() > cfg.retention_ms;
+    }
+    if (all_expired) {
+      Status rolled = RollLocked();
+      if (!rolled.ok()) {
+        Logger()->warn("[{}] roll for retention: {}", tp().ToString(), rolled.message());
+      } else {
+        if (options_.on_roll) options_.on_roll(tp(), log_end_offset_.load());
+        segs = Segments();
+      }
+    }
+  }
+  int64_t total = 0;
+  for (const auto& s : segs) total += s->size();
+  const int64_t start = log_start_offset_.load();
+  size_t n = 0;  // segs[0..n) go
+  for (; n + 1 < segs.size(); ++n) {
+    const Segment& s = *segs[n];
+    bool below_start = segs[n + 1]->base_offset() <= start;
+    bool by_time = cfg.cleanup_delete && cfg.retention_ms >= 0 &&
+                   now - s.max_timestamp() > cfg.retention_ms;
+    bool by_size = cfg.cleanup_delete && cfg.retention_bytes >= 0 &&
+                   total - s.size() >= cfg.retention_bytes;
+    if (!below_start && !by_time && !by_size) break;
+    total -= s.size();
+  }
+  if (n == 0) return 0;
+  {
+    std::lock_guard slock(segments_mu_);
+    for (size_t i = 0; i < n; ++i) segments_.erase(segs[i]->base_offset());
+  }
+  int64_t new_start = std::max(start, segs[n]->base_offset());
+  log_start_offset_.store(new_start);
+  if (first_dirty_offset_.load() < new_start) first_dirty_offset_.store(new_start);
+  {
+    std::lock_guard elock(epochs_mu_);
+    Status s = epochs_->TruncateFromStart(new_start);
+    if (!s.ok()) Logger()->warn("[{}] leader epochs: {}", tp().ToString(), s.message());
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Status s = segs[i]->RenameSuffix("", kDeletedSuffix);
+    if (!s.ok()) Logger()->warn("[{}] rename for deletion: {}", tp().ToString(), s.message());
+    to_unlink->push_back(segs[i]);
+  }
+  Logger()->info("[{}] retention removed {} segment(s); log start offset is now {}",
+                 tp().ToString(), n, new_start);
+  // Notify without append_mu_ would be nicer, but subscribers only queue the state.
+  if (options_.on_change) options_.on_change(tp(), State());
+  return int(n);
+}
+
+Status Log::ReplaceSegment(const std::shared_ptr<Segment>& old_segment,
+                           std::unique_ptr<Segment> replacement,
+                           std::vector<std::shared_ptr<Segment>>* to_unlink,
+                           uint64_t truncations_seen) {
+  std::lock_guard lock(append_mu_);
+  if (closed_) return absl::FailedPreconditionError("the log is closed");
+  if (truncations_.load() != truncations_seen) {
+    return absl::FailedPreconditionError("the log was truncated during the cleaning pass");
+  }
+  {
+    std::lock_guard slock(segments_mu_);
+    auto it = segments_.find(old_segment->base_offset());
+    if (it == segments_.end() || it->second != old_segment ||
+        std::next(it) == segments_.end()) {
+      return absl::FailedPreconditionError("the segment is no longer a non-active segment");
+    }
+  }
+  RUNNEL_RETURN_IF_ERROR(replacement->Flush());
+  RUNNEL_RETURN_IF_ERROR(replacement->RenameSuffix(kCleanedSuffix, kSwapSuffix));
+  RUNNEL_RETURN_IF_ERROR(FsyncDir(options_.dir));
+  RUNNEL_RETURN_IF_ERROR(old_segment->RenameSuffix("", kDeletedSuffix));
+  RUNNEL_RETURN_IF_ERROR(replacement->RenameSuffix(kSwapSuffix, ""));
+  RUNNEL_RETURN_IF_ERROR(FsyncDir(options_.dir));
+  {
+    std::lock_guard slock(segments_mu_);
+    segments_[old_segment->base_offset()] = std::move(replacement);
+  }
+  to_unlink->push_back(old_segment);
+  return absl::OkStatus();
+}
+
+std::vector<EpochEntry> Log::LeaderEpochs() const {
+  std::lock_guard lock(epochs_mu_);
+  return epochs_->entries();
+}
+
+Status Log::Close() {
+  std::lock_guard lock(append_mu_);
+  if (closed_) return absl::OkStatus();
+  closed_ = true;
+  Status result = absl::OkStatus();
+  for (const std::shared_ptr<Segment>& seg : Segments()) {
+    Status s = seg->Close();
+    if (!s.ok() && result.ok()) result = s;
+  }
+  if (result.ok()) recovery_point_.store(log_end_offset_.load());
+  return result;
+}
+
+StatusOr<std::string> Log::MarkDeleted() {
+  RUNNEL_RETURN_IF_ERROR(Close());
+  std::string parent = options_.dir.substr(0, options_.dir.rfind('/'));
+  protocol::Uuid id = protocol::Uuid::Random();
+  std::string hex;
+  for (uint8_t b : id.bytes) hex += fmt::format("{:02x}", b);
+  std::string target = parent + "/" + DeletedPartitionDirName(tp(), hex);
+  if (::rename(options_.dir.c_str(), target.c_str()) != 0) {
+    return ErrnoStatus("rename", options_.dir);
+  }
+  RUNNEL_RETURN_IF_ERROR(FsyncDir(parent));
+  return target;
+}
+
+}  // namespace runnel::storaged

@@ -1,0 +1,248 @@
+// A partition's log: its directory of segments, the one writer's append path, reads,
+// offset lookups, truncation and the log start offset.
+//
+// Invariants:
+//  - segments are contiguous in offset order; only the last (active) one is appended to;
+//  - log_start_offset <= every readable offset < log_end_offset;
+//  - recovery_point <= log_end_offset, and everything below recovery_point is on disk;
+//  - an append is visible to reads once Append returns, and durable (fdatasync) before it
+//    returns when the config says so (flush.messages / flush.ms, see LogConfig).
+//
+// Threads: appends take `append_mu_`; reads, offset lookups and retention take a snapshot of
+// the segment list under `segments_mu_` and then work without locks (segments are shared
+// pointers, so one removed by retention stays valid for a read that holds it). Flushes take
+// `flush_mu_`, so concurrent appends that need a flush share one fdatasync (group commit).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/protocol/error_code.h"
+#include "common/record/batch.h"
+#include "common/util/status.h"
+#include "storaged/log/checkpoints.h"
+#include "storaged/log/file_cache.h"
+#include "storaged/log/file_names.h"
+#include "storaged/log/log_config.h"
+#include "storaged/log/segment.h"
+
+namespace runnel::storaged {
+
+struct AppendResult {
+  protocol::ErrorCode error = protocol::ErrorCode::kNone;
+  std::string error_message;
+  int batch_index = -1;           // the batch the error is about, when it is about one
+  int64_t base_offset = -1;       // first offset assigned
+  int64_t last_offset = -1;       // last offset assigned
+  int64_t log_append_time = -1;   // set when the topic uses LogAppendTime
+  int64_t log_start_offset = -1;
+};
+
+// A byte range of a segment file, to send with sendfile (or read, when remote).
+struct FileRange {
+  std::string path;
+  int64_t position = 0;
+  int32_t length = 0;
+};
+
+struct ReadResult {
+  protocol::ErrorCode error = protocol::ErrorCode::kNone;
+  int64_t high_watermark = -1;
+  int64_t log_start_offset = -1;
+  int64_t log_end_offset = -1;
+  std::vector<FileRange> ranges;  // whole batches, in offset order
+  int64_t bytes = 0;              // sum of range lengths
+};
+
+struct OffsetLookup {
+  protocol::ErrorCode error = protocol::ErrorCode::kNone;
+  int64_t offset = -1;
+  int64_t timestamp = -1;
+  int32_t leader_epoch = -1;
+};
+
+// ListOffsets' special timestamps.
+inline constexpr int64_t kLatestTimestamp = -1;
+inline constexpr int64_t kEarliestTimestamp = -2;
+inline constexpr int64_t kMaxTimestamp = -3;
+inline constexpr int64_t kEarliestLocalTimestamp = -4;
+
+// Log-level state for notifications and the StorageService.
+struct LogState {
+  int64_t log_start_offset = 0;
+  int64_t log_end_offset = 0;
+  int64_t high_watermark = 0;
+  int64_t recovery_point = 0;
+  int64_t size_bytes = 0;
+  int segments = 0;
+};
+
+struct LogOptions {
+  std::string dir;  // the partition directory
+  TopicPartition tp;
+  LogConfig config;
+  FileCache* files = nullptr;
+  std::function<int64_t()> now_ms;  // wall clock, ms since the epoch
+  // Called (without locks held) after the log's end or start offset changes.
+  std::function<void(const TopicPartition&, const LogState&)> on_change;
+  // Called when a segment rolls, with the offset below which everything may be flushed in
+  // the background (Kafka flushes a rolled segment asynchronously).
+  std::function<void(const TopicPartition&, int64_t)> on_roll;
+};
+
+// What loading a log found and did (for the startup log line and tests).
+struct LoadReport {
+  int segments = 0;
+  int recovered_segments = 0;
+  int64_t truncated_bytes = 0;
+  int rebuilt_indexes = 0;
+  int removed_files = 0;  // leftovers: .cleaned, .swap, .deleted, orphan indexes
+  std::vector<std::string> notes;  // one line per thing cut or rebuilt
+};
+
+class Log {
+ public:
+  // Creates the directory (if needed) and partition.metadata, or loads an existing one.
+  // `recovery_point` is the offset below which the data is known flushed (from the
+  // checkpoint; 0 when unknown); segments holding offsets at or after it are recovered
+  // unless `clean_shutdown`.
+  static StatusOr<std::unique_ptr<Log>> Open(LogOptions options, std::string topic_id,
+                                             int64_t recovery_point, int64_t log_start_offset,
+                                             bool clean_shutdown, LoadReport* report);
+  ~Log();
+
+  const TopicPartition& tp() const { return options_.tp; }
+  const std::string& dir() const { return options_.dir; }
+  // The file cache its segments use (the cleaner opens its cleaned copies through it).
+  FileCache* files() const { return options_.files; }
+  const std::string& topic_id() const { return topic_id_; }
+  LogConfig config() const;
+  void SetConfig(const LogConfig& config);
+  LogState State() const;
+
+  // Validates every batch of `records` (several batches back to back, as in a produce
+  // request), then assigns offsets in place, stamps `leader_epoch` and LogAppendTime when
+  // configured, appends them all and flushes when the policy requires. Either every batch
+  // is appended or none.
+  AppendResult Append(std::span<uint8_t> records, int32_t leader_epoch);
+  // Appends batches that already carry their offsets (a follower copying its leader, or a
+  // test); they must start at the log end offset. Validates CRC and lengths only.
+  AppendResult AppendWithOffsets(std::span<uint8_t> records);
+
+  // Batches from the one containing `offset`, whole batches, up to `max_bytes` in total
+  // (but at least the first batch when `min_one_batch`), not past `max_offset` (exclusive;
+  // the high watermark for consumers). OFFSET_OUT_OF_RANGE when `offset` is below the log
+  // start or above the end.
+  ReadResult Read(int64_t offset, int32_t max_bytes, bool min_one_batch,
+                  std::optional<int64_t> max_offset = std::nullopt) const;
+  // ListOffsets for one timestamp (or one of the special values above).
+  OffsetLookup ListOffset(int64_t timestamp) const;
+  // DeleteRecords: moves the log start offset up to `offset` (-1 = the high watermark).
+  // OFFSET_OUT_OF_RANGE when above the high watermark. Returns the new log start offset.
+  StatusOr<int64_t> DeleteRecordsBefore(int64_t offset, protocol::ErrorCode* error);
+  // Removes everything at and after `offset` (replication truncation).
+  Status TruncateTo(int64_t offset);
+
+  // Flushes every segment up to the current end; concurrent callers share the fdatasync.
+  Status Flush();
+  // Flushes when flush.ms has passed since the last flush and there is unflushed data.
+  Status MaybeTimedFlush();
+  // Flushes up to `offset` if not already (a rolled segment in the background).
+  Status FlushUpTo(int64_t offset);
+
+  // Retention: removes whole non-active segments past retention.ms / retention.bytes or
+  // wholly below the log start offset. Deleted segments are renamed *.deleted and returned
+  // for later unlinking (file.delete.delay.ms). Returns how many were removed.
+  // When every segment is past retention.ms, the active one is rolled first so it can go.
+  int DeleteOldSegments(std::vector<std::shared_ptr<Segment>>* to_unlink);
+
+  // For the cleaner: a snapshot of the segments (oldest first), the active one last.
+  std::vector<std::shared_ptr<Segment>> Segments() const;
+  // Swaps a non-active segment for its cleaned copy, crash-safely: `replacement` was opened
+  // with suffix ".cleaned" at the same base offset and holds a subset of its batches. Its
+  // files are flushed and renamed ".swap", the old segment's renamed ".deleted" (returned in
+  // to_unlink for later unlinking), then the swap files take the final names. A restart
+  // finding "<base>.log.swap" finishes the swap; one finding ".cleaned" files drops them.
+  // FailedPrecondition when `old_segment` is no longer a non-active segment of this log, the
+  // log is closed, or it was truncated since the cleaner read `truncations()` (the cleaned
+  // copy may then lack records that became the latest of their key).
+  Status ReplaceSegment(const std::shared_ptr<Segment>& old_segment,
+                        std::unique_ptr<Segment> replacement,
+                        std::vector<std::shared_ptr<Segment>>* to_unlink,
+                        uint64_t truncations_seen);
+  // How many times TruncateTo removed data.
+  uint64_t truncations() const { return truncations_.load(); }
+  // The cleaner's progress: offsets below it have been compacted (cleaner-offset-checkpoint).
+  int64_t first_dirty_offset() const { return first_dirty_offset_.load(); }
+  void set_first_dirty_offset(int64_t offset) { first_dirty_offset_.store(offset); }
+
+  // A copy of the leader epoch entries.
+  std::vector<EpochEntry> LeaderEpochs() const;
+
+  // Closes segments (trimming indexes) after a final flush. The log is unusable afterwards.
+  Status Close();
+  // Closes and renames the directory for deletion; the caller removes it.
+  StatusOr<std::string> MarkDeleted();
+
+ private:
+  explicit Log(LogOptions options);
+  Status Load(int64_t recovery_point, int64_t log_start_offset, bool clean_shutdown,
+              LoadReport* report);
+  Status RemoveLeftovers(LoadReport* report);
+  Status RebuildLeaderEpochs();
+  // Rolls to a new active segment at the log end offset. Needs append_mu_.
+  Status RollLocked();
+  bool ShouldRollLocked(const Segment& active, int64_t append_bytes, int64_t last_offset,
+                        int64_t max_timestamp) const;
+  std::shared_ptr<Segment> ActiveSegment() const;
+  std::vector<std::shared_ptr<Segment>> SegmentsFrom(int64_t offset) const;
+  void Notify();
+  AppendResult Fail(protocol::ErrorCode code, std::string message, int batch_index = -1) const;
+  AppendResult AppendLocked(std::span<uint8_t> records,
+                            const std::vector<record::BatchView>& batches, int32_t leader_epoch,
+                            bool* needs_flush);
+  int32_t EpochForOffset(int64_t offset) const;
+  OffsetLookup LookupMaxTimestamp() const;
+  OffsetLookup LookupTimestamp(int64_t timestamp) const;
+
+  LogOptions options_;
+  std::string topic_id_;
+
+  mutable std::mutex config_mu_;
+  LogConfig config_;
+
+  // One writer at a time; also held by roll, truncation, retention and segment swaps.
+  mutable std::mutex append_mu_;
+  // Guards segments_ (readers copy what they need and let go).
+  mutable std::mutex segments_mu_;
+  std::map<int64_t, std::shared_ptr<Segment>> segments_;
+
+  std::atomic<int64_t> log_end_offset_{0};
+  std::atomic<int64_t> log_start_offset_{0};
+  std::atomic<int64_t> recovery_point_{0};
+  std::atomic<int64_t> first_dirty_offset_{0};
+  std::atomic<int64_t> appended_messages_{0};
+  std::atomic<int64_t> last_flush_ms_{0};
+  std::atomic<bool> failed_{false};
+  std::atomic<uint64_t> truncations_{0};  // an I/O error left the log unsafe to append to
+
+  // Serializes flushes; the second of two concurrent flushers usually finds its data
+  // already flushed by the first (group commit).
+  std::mutex flush_mu_;
+  std::atomic<int64_t> flushed_messages_snapshot_{0};  // appended_messages_ at the last flush
+
+  mutable std::mutex epochs_mu_;
+  std::optional<LeaderEpochCache> epochs_;
+  bool closed_ = false;
+  std::set<int64_t> swapped_bases_;  // segments whose swap was finished at load
+};
+
+}  // namespace runnel::storaged

@@ -1,0 +1,480 @@
+#include "storaged/log/log_manager.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "common/log/log.h"
+#include "storaged/log/cleaner.h"
+#include "storaged/log_dirs.h"
+
+namespace runnel::storaged {
+namespace {
+
+std::shared_ptr<spdlog::logger> Logger() {
+  static auto logger = log::Get("storaged.log");
+  return logger;
+}
+
+int64_t SystemNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Join(const std::string& dir, std::string_view name) {
+  return dir + "/" + std::string(name);
+}
+
+Status FsyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(fmt::format("open {}: {}", dir, std::strerror(errno)));
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return absl::InternalError(fmt::format("fsync {}: {}", dir, std::strerror(errno)));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+LogManager::LogManager(LogManagerOptions options)
+    : options_(std::move(options)), files_(options_.max_open_files) {
+  if (!options_.now_ms) options_.now_ms = SystemNowMs;
+}
+
+LogManager::~LogManager() {
+  Status s = Shutdown();
+  if (!s.ok()) Logger()->warn("shutdown: {}", s.message());
+}
+
+LogOptions LogManager::MakeLogOptions(const std::string& dir, const TopicPartition& tp,
+                                      const LogConfig& config) {
+  LogOptions o;
+  o.dir = Join(dir, PartitionDirName(tp));
+  o.tp = tp;
+  o.config = config;
+  o.files = &files_;
+  o.now_ms = options_.now_ms;
+  o.on_change = [this](const TopicPartition& t, const LogState& s) { OnChange(t, s); };
+  o.on_roll = [this](const TopicPartition& t, int64_t offset) { OnRoll(t, offset); };
+  return o;
+}
+
+StatusOr<std::unique_ptr<LogManager>> LogManager::Open(LogManagerOptions options) {
+  std::unique_ptr<LogManager> m(new LogManager(std::move(options)));
+  for (const std::string& dir : m->options_.dirs) RUNNEL_RETURN_IF_ERROR(m->LoadDir(dir));
+  m->shut_down_ = false;
+  return m;
+}
+
+Status LogManager::LoadDir(const std::string& dir) {
+  std::string marker = Join(dir, kCleanShutdownMarker);
+  bool clean = ::access(marker.c_str(), F_OK) == 0;
+  RUNNEL_ASSIGN_OR_RETURN(auto recovery_points,
+                          OffsetCheckpointFile(Join(dir, kRecoveryPointCheckpoint)).Read());
+  RUNNEL_ASSIGN_OR_RETURN(auto start_offsets,
+                          OffsetCheckpointFile(Join(dir, kLogStartOffsetCheckpoint)).Read());
+  StatusOr<std::map<TopicPartition, int64_t>> dirty =
+      OffsetCheckpointFile(Join(dir, kCleanerOffsetCheckpoint)).Read();
+  if (!dirty.ok()) {
+    Logger()->warn("{}: starting compaction from the log start: {}", dir, dirty.status().message());
+    dirty = std::map<TopicPartition, int64_t>{};
+  }
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    return absl::InternalError(fmt::format("opendir {}: {}", dir, std::strerror(errno)));
+  }
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+
+  // Partitions load in parallel (num.recovery.threads.per.data.dir); a failure stops start.
+  std::vector<TopicPartition> todo;
+  for (const std::string& name : names) {
+    if (IsDeletedPartitionDirName(name)) {
+      deleted_dirs_.push_back(Join(dir, name));
+      continue;
+    }
+    std::optional<TopicPartition> tp = ParsePartitionDirName(name);
+    if (!tp) continue;
+    struct stat st;
+    if (::stat(Join(dir, name).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    todo.push_back(*tp);
+  }
+  std::mutex mu;
+  size_t next = 0;
+  Status first_error = absl::OkStatus();
+  auto worker = [&] {
+    for (;;) {
+      TopicPartition tp;
+      {
+        std::lock_guard lock(mu);
+        if (next >= todo.size() || !first_error.ok()) return;
+        tp = todo[next++];
+      }
+      auto find = [&](const std::map<TopicPartition, int64_t>& m, int64_t dflt) {
+        auto it = m.find(tp);
+        return it == m.end() ? dflt : it->second;
+      };
+      LoadReport report;
+      StatusOr<std::unique_ptr<Log>> log =
+          Log::Open(MakeLogOptions(dir, tp, options_.defaults), "",
+                    find(recovery_points, 0), find(start_offsets, 0), clean, &report);
+      std::lock_guard lock(mu);
+      if (!log.ok()) {
+        if (first_error.ok()) {
+          first_error = absl::Status(log.status().code(),
+                                     fmt::format("loading {}: {}", tp.ToString(),
+                                                 log.status().message()));
+        }
+        return;
+      }
+      (*log)->set_first_dirty_offset(std::max(find(*dirty, 0), (*log)->State().log_start_offset));
+      std::lock_guard llock(logs_mu_);
+      if (logs_.count(tp)) {
+        first_error = absl::FailedPreconditionError(fmt::format(
+            "partition {} is in two log dirs: {} and {}", tp.ToString(), log_dir_of_[tp], dir));
+        return;
+      }
+      logs_[tp] = std::shared_ptr<Log>(std::move(*log));
+      log_dir_of_[tp] = dir;
+      load_report_.segments += report.segments;
+      load_report_.recovered_segments += report.recovered_segments;
+      load_report_.truncated_bytes += report.truncated_bytes;
+      load_report_.rebuilt_indexes += report.rebuilt_indexes;
+      load_report_.removed_files += report.removed_files;
+      for (std::string& n : report.notes) {
+        load_report_.notes.push_back(fmt::format("[{}] {}", tp.ToString(), n));
+      }
+    }
+  };
+  int threads = std::max(1, std::min<int>(options_.recovery_threads_per_dir, int(todo.size())));
+  std::vector<std::thread> pool;
+  for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  RUNNEL_RETURN_IF_ERROR(first_error);
+  // From here on a crash is an unclean stop: the marker goes before any write.
+  if (clean) {
+    if (::unlink(marker.c_str()) != 0) {
+      return absl::InternalError(fmt::format("unlink {}: {}", marker, std::strerror(errno)));
+    }
+    RUNNEL_RETURN_IF_ERROR(FsyncDir(dir));
+  }
+  Logger()->info("{}: loaded {} partition(s) after a{} shutdown", dir, todo.size(),
+                 clean ? " clean" : "n unclean");
+  return absl::OkStatus();
+}
+
+void LogManager::Start() {
+  std::lock_guard lock(work_mu_);
+  if (background_.joinable()) return;
+  stopping_ = false;
+  background_ = std::thread([this] { BackgroundLoop(); });
+  if (options_.cleaner_enable) cleaner_thread_ = std::thread([this] { CleanerLoop(); });
+}
+
+StatusOr<std::shared_ptr<Log>> LogManager::CreateLog(
+    const TopicPartition& tp, const std::string& topic_id,
+    const std::map<std::string, std::string>& topic_configs) {
+  RUNNEL_ASSIGN_OR_RETURN(LogConfig config,
+                          LogConfig::WithOverrides(options_.defaults, topic_configs));
+  std::shared_ptr<Log> log;
+  {
+    std::lock_guard lock(logs_mu_);
+    auto it = logs_.find(tp);
+    if (it != logs_.end()) {
+      log = it->second;
+    } else {
+      // The dir with the fewest partitions takes it.
+      std::map<std::string, int> count;
+      for (const std::string& d : options_.dirs) count[d] = 0;
+      for (const auto& [t, d] : log_dir_of_) count[d]++;
+      std::string dir = options_.dirs.front();
+      for (const std::string& d : options_.dirs) {
+        if (count[d] < count[dir]) dir = d;
+      }
+      RUNNEL_ASSIGN_OR_RETURN(
+          std::unique_ptr<Log> created,
+          Log::Open(MakeLogOptions(dir, tp, config), topic_id, 0, 0, true, nullptr));
+      log = std::shared_ptr<Log>(std::move(created));
+      logs_[tp] = log;
+      log_dir_of_[tp] = dir;
+      Logger()->info("[{}] created in {}", tp.ToString(), dir);
+    }
+  }
+  if (!topic_id.empty() && !log->topic_id().empty() && log->topic_id() != topic_id) {
+    return absl::FailedPreconditionError(
+        fmt::format("partition {} exists with topic id {}, not {}", tp.ToString(),
+                    log->topic_id(), topic_id));
+  }
+  log->SetConfig(config);
+  OnChange(tp, log->State());
+  return log;
+}
+
+Status LogManager::UpdateConfig(const TopicPartition& tp,
+                                const std::map<std::string, std::string>& topic_configs) {
+  RUNNEL_ASSIGN_OR_RETURN(LogConfig config,
+                          LogConfig::WithOverrides(options_.defaults, topic_configs));
+  std::shared_ptr<Log> log = GetLog(tp);
+  if (!log) return absl::NotFoundError(fmt::format("no partition {}", tp.ToString()));
+  log->SetConfig(config);
+  return absl::OkStatus();
+}
+
+Status LogManager::DeleteLog(const TopicPartition& tp) {
+  std::shared_ptr<Log> log;
+  {
+    std::lock_guard lock(logs_mu_);
+    auto it = logs_.find(tp);
+    if (it == logs_.end()) return absl::NotFoundError(fmt::format("no partition {}", tp.ToString()));
+    log = it->second;
+    logs_.erase(it);
+    log_dir_of_.erase(tp);
+  }
+  RUNNEL_ASSIGN_OR_RETURN(std::string renamed, log->MarkDeleted());
+  Logger()->info("[{}] deleted; its files go from {}", tp.ToString(), renamed);
+  {
+    std::lock_guard lock(work_mu_);
+    deleted_dirs_.push_back(renamed);
+  }
+  work_cv_.notify_all();
+  LogState gone;
+  gone.log_end_offset = -1;  // a deleted log is reported with negative offsets
+  gone.log_start_offset = -1;
+  gone.high_watermark = -1;
+  OnChange(tp, gone);
+  return absl::OkStatus();
+}
+
+std::shared_ptr<Log> LogManager::GetLog(const TopicPartition& tp) const {
+  std::lock_guard lock(logs_mu_);
+  auto it = logs_.find(tp);
+  return it == logs_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<Log>> LogManager::AllLogs() const {
+  std::lock_guard lock(logs_mu_);
+  std::vector<std::shared_ptr<Log>> out;
+  for (const auto& [tp, log] : logs_) out.push_back(log);
+  return out;
+}
+
+int LogManager::Subscribe(ChangeFn fn) {
+  std::lock_guard lock(subscribers_mu_);
+  auto copy = std::make_shared<std::map<int, ChangeFn>>(*subscribers_);
+  int id = next_subscriber_++;
+  (*copy)[id] = std::move(fn);
+  subscribers_ = copy;
+  return id;
+}
+
+void LogManager::Unsubscribe(int id) {
+  std::lock_guard lock(subscribers_mu_);
+  auto copy = std::make_shared<std::map<int, ChangeFn>>(*subscribers_);
+  copy->erase(id);
+  subscribers_ = copy;
+}
+
+void LogManager::OnChange(const TopicPartition& tp, const LogState& state) {
+  std::shared_ptr<const std::map<int, ChangeFn>> subs;
+  {
+    std::lock_guard lock(subscribers_mu_);
+    subs = subscribers_;
+  }
+  for (const auto& [id, fn] : *subs) fn(tp, state);
+}
+
+void LogManager::OnRoll(const TopicPartition& tp, int64_t offset) {
+  {
+    std::lock_guard lock(work_mu_);
+    roll_flushes_.emplace_back(tp, offset);
+  }
+  work_cv_.notify_all();
+}
+
+void LogManager::QueueUnlink(std::vector<std::shared_ptr<Segment>> segments) {
+  if (segments.empty()) return;
+  std::lock_guard lock(work_mu_);
+  for (std::shared_ptr<Segment>& s : segments) {
+    LogConfig cfg = options_.defaults;
+    unlink_at_.emplace_back(options_.now_ms() + cfg.file_delete_delay_ms, std::move(s));
+  }
+}
+
+void LogManager::RunRetention() {
+  for (const std::shared_ptr<Log>& log : AllLogs()) {
+    std::vector<std::shared_ptr<Segment>> doomed;
+    log->DeleteOldSegments(&doomed);
+    QueueUnlink(std::move(doomed));
+  }
+}
+
+void LogManager::RunTimedFlush() {
+  for (const std::shared_ptr<Log>& log : AllLogs()) {
+    Status s = log->MaybeTimedFlush();
+    if (!s.ok()) Logger()->error("[{}] timed flush: {}", log->tp().ToString(), s.message());
+  }
+}
+
+void LogManager::UnlinkDue(bool all) {
+  std::vector<std::shared_ptr<Segment>> due;
+  {
+    std::lock_guard lock(work_mu_);
+    int64_t now = options_.now_ms();
+    for (auto it = unlink_at_.begin(); it != unlink_at_.end();) {
+      if (all || it->first <= now) {
+        due.push_back(std::move(it->second));
+        it = unlink_at_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const std::shared_ptr<Segment>& s : due) {
+    Status st = s->Delete();
+    if (!st.ok()) Logger()->warn("unlink {}: {}", s->log_path(), st.message());
+  }
+}
+
+void LogManager::RemoveDeletedDirs(bool all) {
+  std::vector<std::string> dirs;
+  {
+    std::lock_guard lock(work_mu_);
+    dirs.swap(deleted_dirs_);
+  }
+  for (const std::string& d : dirs) {
+    std::error_code ec;
+    std::filesystem::remove_all(d, ec);
+    if (ec) Logger()->warn("removing {}: {}", d, ec.message());
+  }
+}
+
+Status LogManager::WriteCheckpoints() {
+  std::map<std::string, std::map<TopicPartition, int64_t>> recovery, start, dirty;
+  for (const std::string& d : options_.dirs) {
+    recovery[d];
+    start[d];
+    dirty[d];
+  }
+  {
+    std::lock_guard lock(logs_mu_);
+    for (const auto& [tp, log] : logs_) {
+      const std::string& d = log_dir_of_.at(tp);
+      LogState s = log->State();
+      recovery[d][tp] = s.recovery_point;
+      start[d][tp] = s.log_start_offset;
+      dirty[d][tp] = log->first_dirty_offset();
+    }
+  }
+  for (const std::string& d : options_.dirs) {
+    RUNNEL_RETURN_IF_ERROR(OffsetCheckpointFile(Join(d, kRecoveryPointCheckpoint)).Write(recovery[d]));
+    RUNNEL_RETURN_IF_ERROR(OffsetCheckpointFile(Join(d, kLogStartOffsetCheckpoint)).Write(start[d]));
+    RUNNEL_RETURN_IF_ERROR(OffsetCheckpointFile(Join(d, kCleanerOffsetCheckpoint)).Write(dirty[d]));
+  }
+  return absl::OkStatus();
+}
+
+void LogManager::BackgroundLoop() {
+  int64_t next_retention = options_.now_ms() + std::min<int64_t>(options_.retention_check_interval_ms, 30000);
+  int64_t next_flush = options_.now_ms() + options_.flush_check_interval_ms;
+  int64_t next_checkpoint = options_.now_ms() + options_.checkpoint_interval_ms;
+  for (;;) {
+    std::vector<std::pair<TopicPartition, int64_t>> rolls;
+    {
+      std::unique_lock lock(work_mu_);
+      int64_t now = options_.now_ms();
+      int64_t wake = std::min({next_retention, next_flush, next_checkpoint});
+      if (roll_flushes_.empty() && deleted_dirs_.empty() && !stopping_ && wake > now) {
+        work_cv_.wait_for(lock, std::chrono::milliseconds(std::min<int64_t>(wake - now, 1000)));
+      }
+      if (stopping_) return;
+      rolls.swap(roll_flushes_);
+    }
+    for (const auto& [tp, offset] : rolls) {
+      if (std::shared_ptr<Log> log = GetLog(tp)) {
+        Status s = log->FlushUpTo(offset);
+        if (!s.ok()) Logger()->error("[{}] flush after roll: {}", tp.ToString(), s.message());
+      }
+    }
+    RemoveDeletedDirs(false);
+    int64_t now = options_.now_ms();
+    if (now >= next_flush) {
+      RunTimedFlush();
+      next_flush = now + options_.flush_check_interval_ms;
+    }
+    if (now >= next_retention) {
+      RunRetention();
+      next_retention = now + options_.retention_check_interval_ms;
+    }
+    UnlinkDue(false);
+    if (now >= next_checkpoint) {
+      Status s = WriteCheckpoints();
+      if (!s.ok()) Logger()->error("writing checkpoints: {}", s.message());
+      next_checkpoint = now + options_.checkpoint_interval_ms;
+    }
+  }
+}
+
+void LogManager::CleanerLoop() {
+  CleanerOptions co;
+  co.now_ms = options_.now_ms;
+  Cleaner cleaner(co);
+  for (;;) {
+    std::vector<std::shared_ptr<Segment>> replaced;
+    StatusOr<bool> cleaned = cleaner.CleanOnce(AllLogs(), &replaced);
+    QueueUnlink(std::move(replaced));
+    if (!cleaned.ok()) Logger()->error("cleaner: {}", cleaned.status().message());
+    std::unique_lock lock(work_mu_);
+    if (stopping_) return;
+    if (cleaned.ok() && *cleaned) continue;  // more may be waiting
+    work_cv_.wait_for(lock, std::chrono::milliseconds(options_.cleaner_backoff_ms),
+                      [this] { return stopping_; });
+    if (stopping_) return;
+  }
+}
+
+Status LogManager::Shutdown() {
+  if (shut_down_) return absl::OkStatus();
+  shut_down_ = true;
+  {
+    std::lock_guard lock(work_mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  if (background_.joinable()) background_.join();
+  if (cleaner_thread_.joinable()) cleaner_thread_.join();
+  Status result = absl::OkStatus();
+  for (const std::shared_ptr<Log>& log : AllLogs()) {
+    Status s = log->Close();
+    if (!s.ok()) {
+      Logger()->error("[{}] close: {}", log->tp().ToString(), s.message());
+      if (result.ok()) result = s;
+    }
+  }
+  UnlinkDue(true);
+  RemoveDeletedDirs(true);
+  Status cp = WriteCheckpoints();
+  if (!cp.ok() && result.ok()) result = cp;
+  // The marker says "every log above was flushed and checkpointed": only then.
+  if (result.ok()) {
+    for (const std::string& d : options_.dirs) {
+      Status s = WriteFileDurably(Join(d, kCleanShutdownMarker), "{\"version\":0}\n");
+      if (!s.ok() && result.ok()) result = s;
+    }
+  }
+  Logger()->info("log manager shut down{}", result.ok() ? " cleanly" : " with errors");
+  return result;
+}
+
+}  // namespace runnel::storaged

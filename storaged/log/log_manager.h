@@ -1,0 +1,122 @@
+// Every partition log of one storaged: loading them (with recovery) at start, creating and
+// deleting them, the background work (flush by time, flush of rolled segments, retention,
+// checkpoints, compaction, unlinking deleted files) and the clean shutdown.
+//
+// Threads: calls come from gRPC threads; one background thread runs the periodic tasks and
+// the cleaner runs on its own thread (cleaner.h), so a long clean never delays retention or
+// appends. Change notifications are delivered to subscribers on the appending thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/util/status.h"
+#include "storaged/log/file_cache.h"
+#include "storaged/log/log.h"
+#include "storaged/log/log_config.h"
+
+namespace runnel::storaged {
+
+struct LogManagerOptions {
+  std::vector<std::string> dirs;  // absolute, already locked (LogDirs)
+  LogConfig defaults;
+  int recovery_threads_per_dir = 1;              // num.recovery.threads.per.data.dir
+  int64_t retention_check_interval_ms = 300000;  // log.retention.check.interval.ms
+  int64_t flush_check_interval_ms = 1000;        // log.flush.scheduler.interval.ms
+  int64_t checkpoint_interval_ms = 60000;        // log.flush.offset.checkpoint.interval.ms
+  bool cleaner_enable = true;                    // log.cleaner.enable
+  int64_t cleaner_backoff_ms = 15000;            // log.cleaner.backoff.ms
+  size_t max_open_files = 1024;                  // runnel.storage.max.open.files
+  std::function<int64_t()> now_ms;               // defaults to the system clock
+};
+
+class LogManager {
+ public:
+  // Loads every partition directory of every log dir, recovering those not cleanly shut
+  // down, and removes directories marked for deletion. Does not start background work.
+  static StatusOr<std::unique_ptr<LogManager>> Open(LogManagerOptions options);
+  ~LogManager();  // Shutdown() if not done
+
+  // Starts the background thread(s).
+  void Start();
+
+  // Creates the partition's log in the dir holding the fewest partitions, or returns the
+  // existing one after checking its topic id (a different id is FailedPrecondition: the
+  // old topic's data is still there). `topic_configs` are the topic's explicit configs.
+  StatusOr<std::shared_ptr<Log>> CreateLog(const TopicPartition& tp, const std::string& topic_id,
+                                           const std::map<std::string, std::string>& topic_configs);
+  // Replaces the topic configs of an existing log.
+  Status UpdateConfig(const TopicPartition& tp,
+                      const std::map<std::string, std::string>& topic_configs);
+  // Removes the log: closed, its directory renamed "<tp>.<uuid>-delete", removed in the
+  // background. NotFound when there is no such log.
+  Status DeleteLog(const TopicPartition& tp);
+  std::shared_ptr<Log> GetLog(const TopicPartition& tp) const;
+  std::vector<std::shared_ptr<Log>> AllLogs() const;
+
+  // Subscribes to log changes (end/start offset moved, log created or deleted). Returns an
+  // id for Unsubscribe. The callback runs on the thread that made the change and must not
+  // block.
+  using ChangeFn = std::function<void(const TopicPartition&, const LogState&)>;
+  int Subscribe(ChangeFn fn);
+  void Unsubscribe(int id);
+
+  // One pass of each periodic task, for tests and the background thread.
+  void RunRetention();
+  void RunTimedFlush();
+  Status WriteCheckpoints();
+
+  // Stops background work, flushes every log, writes the checkpoints and the clean
+  // shutdown marker in every dir.
+  Status Shutdown();
+
+  const LoadReport& load_report() const { return load_report_; }
+  FileCache& files() { return files_; }
+
+ private:
+  explicit LogManager(LogManagerOptions options);
+  LogOptions MakeLogOptions(const std::string& dir, const TopicPartition& tp,
+                            const LogConfig& config);
+  Status LoadDir(const std::string& dir);
+  void OnChange(const TopicPartition& tp, const LogState& state);
+  void OnRoll(const TopicPartition& tp, int64_t offset);
+  void BackgroundLoop();
+  void CleanerLoop();
+  void UnlinkDue(bool all);
+  void RemoveDeletedDirs(bool all);
+  void QueueUnlink(std::vector<std::shared_ptr<Segment>> segments);
+
+  LogManagerOptions options_;
+  FileCache files_;
+  LoadReport load_report_;
+
+  mutable std::mutex logs_mu_;
+  std::map<TopicPartition, std::shared_ptr<Log>> logs_;
+  std::map<TopicPartition, std::string> log_dir_of_;  // partition -> the log dir holding it
+
+  std::mutex subscribers_mu_;
+  int next_subscriber_ = 1;
+  std::shared_ptr<const std::map<int, ChangeFn>> subscribers_ =
+      std::make_shared<std::map<int, ChangeFn>>();
+
+  // Background work queues, guarded by work_mu_.
+  std::mutex work_mu_;
+  std::condition_variable work_cv_;
+  bool stopping_ = false;
+  std::vector<std::pair<TopicPartition, int64_t>> roll_flushes_;
+  std::vector<std::pair<int64_t, std::shared_ptr<Segment>>> unlink_at_;  // (due ms, segment)
+  std::vector<std::string> deleted_dirs_;
+  std::thread background_;
+  std::thread cleaner_thread_;
+  bool shut_down_ = false;
+};
+
+}  // namespace runnel::storaged

@@ -1,0 +1,523 @@
+#include "storaged/log/segment.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "storaged/log/file_names.h"
+
+namespace runnel::storaged {
+namespace {
+
+// Header fields a scan needs (see the layout in common/record/batch.h).
+constexpr size_t kBaseOffsetAt = 0;
+constexpr size_t kLengthAt = 8;
+constexpr size_t kMagicAt = 16;
+constexpr size_t kLeaderEpochAt = 12;
+constexpr size_t kLastOffsetDeltaAt = 23;
+constexpr size_t kMaxTimestampAt = 35;
+constexpr int32_t kMinBatchLength = int32_t(record::kBatchHeaderSize - record::kLogOverhead);
+constexpr size_t kScanChunk = 64 << 10;
+constexpr size_t kRecoverChunk = 1 << 20;
+
+int64_t Be64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
+  return int64_t(v);
+}
+int32_t Be32(const uint8_t* p) {
+  return int32_t((uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3]);
+}
+
+Status ErrnoStatus(std::string_view what, const std::string& path) {
+  int e = errno;
+  if (path.empty()) return absl::InternalError(fmt::format("{}: {}", what, std::strerror(e)));
+  return absl::InternalError(fmt::format("{} {}: {}", what, path, std::strerror(e)));
+}
+
+// The same status with the file named in front (added only on the error path, where the
+// path is copied under its lock).
+Status InFile(const Status& s, const std::string& path) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), fmt::format("{}: {}", path, s.message()));
+}
+
+// Reads exactly n bytes at pos; a short read (end of file) is DataLoss.
+Status PreadFull(int fd, uint8_t* buf, size_t n, int64_t pos) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(fd, buf + done, n - done, pos + int64_t(done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("read", "");
+    }
+    if (r == 0) {
+      return absl::DataLossError(
+          fmt::format("unexpected end of file at byte {}", pos + int64_t(done)));
+    }
+    done += size_t(r);
+  }
+  return absl::OkStatus();
+}
+
+Status PwriteFull(int fd, const uint8_t* buf, size_t n, int64_t pos) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pwrite(fd, buf + done, n - done, pos + int64_t(done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("write", "");
+    }
+    if (r == 0) return absl::InternalError("write: wrote nothing");
+    done += size_t(r);
+  }
+  return absl::OkStatus();
+}
+
+// Parses the scan fields of a header at `p` (at least kBatchHeaderSize bytes), found at
+// byte `position` of a file whose readable part ends at `end`. Returns why it is not a
+// batch header, or "" when it is.
+std::string ParseHeader(const uint8_t* p, int64_t position, int64_t end, BatchLocation* loc) {
+  int32_t length = Be32(p + kLengthAt);
+  if (length < kMinBatchLength) return fmt::format("batch length {} is too small", length);
+  if (int8_t(p[kMagicAt]) != record::kMagicV2) {
+    return fmt::format("magic byte {} is not 2", int(int8_t(p[kMagicAt])));
+  }
+  int64_t size = int64_t(length) + int64_t(record::kLogOverhead);
+  if (position + size > end) {
+    return fmt::format("batch of {} bytes runs past the end of the file ({} bytes)", size, end);
+  }
+  int32_t last_delta = Be32(p + kLastOffsetDeltaAt);
+  if (last_delta < 0) return fmt::format("negative lastOffsetDelta {}", last_delta);
+  loc->base_offset = Be64(p + kBaseOffsetAt);
+  loc->last_offset = loc->base_offset + last_delta;
+  loc->position = int32_t(position);
+  loc->size = int32_t(size);
+  loc->max_timestamp = Be64(p + kMaxTimestampAt);
+  loc->partition_leader_epoch = Be32(p + kLeaderEpochAt);
+  return "";
+}
+
+}  // namespace
+
+Segment::Segment(std::string dir, int64_t base_offset, FileCache* files)
+    : dir_(std::move(dir)),
+      base_offset_(base_offset),
+      log_path_(SegmentFilePath(dir_, base_offset, kLogSuffix)),
+      files_(files),
+      next_offset_(base_offset),
+      offset_of_max_timestamp_(base_offset) {}
+
+Segment::~Segment() = default;
+
+StatusOr<std::unique_ptr<Segment>> Segment::Open(const std::string& dir, int64_t base_offset,
+                                                 int32_t max_index_bytes, bool create,
+                                                 bool active, FileCache* files,
+                                                 std::string_view suffix) {
+  std::unique_ptr<Segment> s(new Segment(dir, base_offset, files));
+  s->log_path_ += std::string(suffix);
+  s->max_index_bytes_ = max_index_bytes;
+  s->active_ = active;
+  s->created_ms_ = 0;
+  struct stat st;
+  if (::stat(s->log_path_.c_str(), &st) != 0) {
+    if (errno != ENOENT || !create) return ErrnoStatus("stat", s->log_path_);
+    RUNNEL_ASSIGN_OR_RETURN(auto fh, files->Get(s->log_path_, /*create=*/true));
+    (void)fh;
+    st.st_size = 0;
+  }
+  s->size_.store(st.st_size);
+  std::string index_path = SegmentFilePath(dir, base_offset, kIndexSuffix) + std::string(suffix);
+  std::string time_path =
+      SegmentFilePath(dir, base_offset, kTimeIndexSuffix) + std::string(suffix);
+  s->indexes_missing_ =
+      ::access(index_path.c_str(), F_OK) != 0 || ::access(time_path.c_str(), F_OK) != 0;
+  RUNNEL_ASSIGN_OR_RETURN(s->offset_index_,
+                          OffsetIndex::Open(index_path, base_offset, max_index_bytes, active));
+  RUNNEL_ASSIGN_OR_RETURN(s->time_index_,
+                          TimeIndex::Open(time_path, base_offset, max_index_bytes, active));
+  return s;
+}
+
+std::string Segment::log_path() const {
+  std::lock_guard lock(path_mu_);
+  return log_path_;
+}
+
+StatusOr<std::shared_ptr<FileHandle>> Segment::File() const { return files_->Get(log_path()); }
+
+void Segment::Track(const BatchLocation& loc) {
+  if (rolling_timestamp_ < 0 && loc.position == 0) rolling_timestamp_ = loc.max_timestamp;
+  if (loc.max_timestamp > max_timestamp_.load()) {
+    offset_of_max_timestamp_.store(loc.last_offset);
+    max_timestamp_.store(loc.max_timestamp);
+  }
+  next_offset_.store(loc.last_offset + 1, std::memory_order_release);
+}
+
+Status Segment::IndexBatch(const BatchLocation& loc, int32_t index_interval_bytes) {
+  if (bytes_since_index_entry_ > index_interval_bytes && !offset_index_->IsFull() &&
+      !time_index_->IsAlmostFull()) {
+    RUNNEL_RETURN_IF_ERROR(offset_index_->Append(loc.last_offset, loc.position));
+    RUNNEL_RETURN_IF_ERROR(time_index_->MaybeAppend(max_timestamp(), offset_of_max_timestamp()));
+    bytes_since_index_entry_ = 0;
+  }
+  bytes_since_index_entry_ += loc.size;
+  return absl::OkStatus();
+}
+
+Status Segment::Append(record::ByteSpan bytes, const std::vector<record::BatchView>& batches,
+                       int32_t index_interval_bytes) {
+  RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, File());
+  int64_t start = size();
+  Status written = PwriteFull(fh->fd(), bytes.data(), bytes.size(), start);
+  if (!written.ok()) written = InFile(written, log_path());
+  if (!written.ok()) {
+    // Cut back whatever part was written, so the file still ends at a batch boundary.
+    if (::ftruncate(fh->fd(), start) != 0) {
+      return absl::InternalError(fmt::format("{}; and truncating back to {} failed: {}",
+                                             written.message(), start, std::strerror(errno)));
+    }
+    return written;
+  }
+  int64_t position = start;
+  for (const record::BatchView& b : batches) {
+    BatchLocation loc{b.base_offset(), b.last_offset(), int32_t(position),
+                      int32_t(b.size_in_bytes()), b.max_timestamp(), b.partition_leader_epoch()};
+    Track(loc);
+    RUNNEL_RETURN_IF_ERROR(IndexBatch(loc, index_interval_bytes));
+    position += int64_t(b.size_in_bytes());
+  }
+  size_.store(position, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+Status Segment::Flush() {
+  RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, File());
+  if (::fdatasync(fh->fd()) != 0) return ErrnoStatus("fdatasync", log_path());
+  return absl::OkStatus();
+}
+
+Status Segment::ScanBatches(int64_t position, int64_t end,
+                            const std::function<bool(const BatchLocation&)>& fn) const {
+  if (position >= end) return absl::OkStatus();
+  RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, File());
+  std::vector<uint8_t> buf;
+  int64_t buf_start = 0;
+  while (position < end) {
+    if (end - position < int64_t(record::kBatchHeaderSize)) {
+      return absl::DataLossError(fmt::format("{}: {} stray bytes at byte {}", log_path(),
+                                             end - position, position));
+    }
+    if (buf.empty() || position < buf_start ||
+        position + int64_t(record::kBatchHeaderSize) > buf_start + int64_t(buf.size())) {
+      buf.resize(size_t(std::min<int64_t>(int64_t(kScanChunk), end - position)));
+      buf_start = position;
+      RUNNEL_RETURN_IF_ERROR(InFile(PreadFull(fh->fd(), buf.data(), buf.size(), position), log_path()));
+    }
+    BatchLocation loc;
+    std::string why = ParseHeader(buf.data() + (position - buf_start), position, end, &loc);
+    if (!why.empty()) {
+      return absl::DataLossError(fmt::format("{}: at byte {}: {}", log_path(), position, why));
+    }
+    if (!fn(loc)) break;
+    position += loc.size;
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<std::optional<BatchLocation>> Segment::FindBatch(int64_t offset,
+                                                          int64_t max_position) const {
+  std::optional<BatchLocation> found;
+  int64_t start = offset_index_->Lookup(offset).position;
+  RUNNEL_RETURN_IF_ERROR(ScanBatches(start, max_position, [&](const BatchLocation& loc) {
+    if (loc.last_offset < offset) return true;
+    found = loc;
+    return false;
+  }));
+  return found;
+}
+
+StatusOr<int64_t> Segment::FindEndPosition(int64_t start, int64_t max_bytes, int64_t max_position,
+                                           int64_t limit_offset) const {
+  int64_t budget_end = std::min(max_position, start + max_bytes);
+  // Skip ahead with the index: an entry's position is a batch boundary, and the batch there
+  // ends at its entry's offset, so every batch before it holds offsets below that.
+  int64_t position = start;
+  {
+    int lo = 0, hi = offset_index_->entries() - 1, best = -1;
+    while (lo <= hi) {
+      int mid = lo + (hi - lo) / 2;
+      OffsetPosition e = offset_index_->EntryAt(mid);
+      if (e.position <= budget_end && e.offset < limit_offset) {
+        best = mid;
+        lo = mid + 1;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    // The batch at entry `best` starts at or before budget_end and holds offsets below the
+    // limit... only up to its last offset, which is below limit_offset: it may be included.
+    if (best >= 0) {
+      OffsetPosition e = offset_index_->EntryAt(best);
+      if (e.position > position) position = e.position;
+    }
+  }
+  RUNNEL_RETURN_IF_ERROR(ScanBatches(position, max_position, [&](const BatchLocation& loc) {
+    if (loc.base_offset >= limit_offset || loc.last_offset >= limit_offset ||
+        loc.position + int64_t(loc.size) > budget_end) {
+      return false;
+    }
+    position = loc.position + loc.size;
+    return true;
+  }));
+  return position;
+}
+
+StatusOr<std::optional<BatchLocation>> Segment::FindBatchByTimestamp(int64_t timestamp) const {
+  TimestampOffset t = time_index_->Lookup(timestamp);
+  int64_t start = offset_index_->Lookup(t.offset).position;
+  std::optional<BatchLocation> found;
+  RUNNEL_RETURN_IF_ERROR(ScanBatches(start, size(), [&](const BatchLocation& loc) {
+    if (loc.max_timestamp < timestamp) return true;
+    found = loc;
+    return false;
+  }));
+  return found;
+}
+
+StatusOr<std::vector<uint8_t>> Segment::ReadBytes(int64_t position, int32_t length) const {
+  RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, File());
+  std::vector<uint8_t> out(size_t(std::max(length, 0)));
+  RUNNEL_RETURN_IF_ERROR(InFile(PreadFull(fh->fd(), out.data(), out.size(), position), log_path()));
+  return out;
+}
+
+Status Segment::ForEachRecordIn(
+    const BatchLocation& loc,
+    const std::function<bool(int64_t, int64_t, const record::Record&)>& fn) const {
+  RUNNEL_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadBytes(loc.position, loc.size));
+  RUNNEL_ASSIGN_OR_RETURN(record::BatchView view, record::BatchView::Parse(bytes));
+  bool log_append_time = view.timestamp_type() == record::TimestampType::kLogAppendTime;
+  return record::ForEachRecord(view, [&](const record::Record& r) {
+    int64_t ts = log_append_time ? view.max_timestamp() : view.base_timestamp() + r.timestamp_delta;
+    return fn(view.base_offset() + r.offset_delta, ts, r);
+  });
+}
+
+Status Segment::ResetSummary() {
+  next_offset_.store(base_offset_);
+  max_timestamp_.store(-1);
+  offset_of_max_timestamp_.store(base_offset_);
+  rolling_timestamp_ = -1;
+  bytes_since_index_entry_ = 0;
+  return absl::OkStatus();
+}
+
+Status Segment::RebuildIndexes(int32_t index_interval_bytes) {
+  RUNNEL_RETURN_IF_ERROR(offset_index_->Resize(max_index_bytes_));
+  RUNNEL_RETURN_IF_ERROR(time_index_->Resize(max_index_bytes_));
+  offset_index_->Reset();
+  time_index_->Reset();
+  RUNNEL_RETURN_IF_ERROR(ResetSummary());
+  Status indexed = absl::OkStatus();
+  RUNNEL_RETURN_IF_ERROR(ScanBatches(0, size(), [&](const BatchLocation& loc) {
+    Track(loc);
+    indexed = IndexBatch(loc, index_interval_bytes);
+    return indexed.ok();
+  }));
+  RUNNEL_RETURN_IF_ERROR(indexed);
+  if (!active_) return TrimIndexes();
+  return absl::OkStatus();
+}
+
+StatusOr<SegmentRecovery> Segment::Recover(int32_t index_interval_bytes) {
+  RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, File());
+  RUNNEL_RETURN_IF_ERROR(offset_index_->Resize(max_index_bytes_));
+  RUNNEL_RETURN_IF_ERROR(time_index_->Resize(max_index_bytes_));
+  offset_index_->Reset();
+  time_index_->Reset();
+  RUNNEL_RETURN_IF_ERROR(ResetSummary());
+  SegmentRecovery result;
+  const int64_t end = size();
+  int64_t position = 0;
+  std::vector<uint8_t> buf;
+  int64_t buf_start = 0;
+  int64_t expected_min_offset = base_offset_;
+  while (position < end) {
+    if (end - position < int64_t(record::kBatchHeaderSize)) {
+      result.reason = fmt::format("{} bytes at byte {} are too few for a batch header",
+                                  end - position, position);
+      break;
+    }
+    // Make sure the header is buffered, then the whole batch.
+    auto ensure = [&](int64_t n) -> Status {
+      if (position >= buf_start && position + n <= buf_start + int64_t(buf.size())) {
+        return absl::OkStatus();
+      }
+      buf.resize(size_t(std::max<int64_t>(n, std::min<int64_t>(int64_t(kRecoverChunk),
+                                                                end - position))));
+      buf_start = position;
+      return InFile(PreadFull(fh->fd(), buf.data(), buf.size(), position), log_path());
+    };
+    RUNNEL_RETURN_IF_ERROR(ensure(int64_t(record::kBatchHeaderSize)));
+    BatchLocation loc;
+    std::string why = ParseHeader(buf.data() + (position - buf_start), position, end, &loc);
+    if (why.empty()) {
+      RUNNEL_RETURN_IF_ERROR(ensure(loc.size));
+      record::ByteSpan bytes(buf.data() + (position - buf_start), size_t(loc.size));
+      StatusOr<record::BatchView> view = record::BatchView::Parse(bytes);
+      if (!view.ok()) {
+        why = std::string(view.status().message());
+      } else if (!view->CrcValid()) {
+        why = fmt::format("CRC mismatch in the batch at offset {}", loc.base_offset);
+      } else if (loc.base_offset < expected_min_offset) {
+        why = fmt::format("batch offset {} is below the previous batch's end {}",
+                          loc.base_offset, expected_min_offset);
+      } else if (loc.last_offset - base_offset_ > INT32_MAX) {
+        why = fmt::format("batch offset {} is too far from the segment base", loc.last_offset);
+      }
+    }
+    if (!why.empty()) {
+      result.reason = fmt::format("at byte {}: {}", position, why);
+      break;
+    }
+    Track(loc);
+    RUNNEL_RETURN_IF_ERROR(IndexBatch(loc, index_interval_bytes));
+    expected_min_offset = loc.last_offset + 1;
+    position += loc.size;
+    ++result.batches;
+  }
+  result.valid_bytes = position;
+  result.truncated_bytes = end - position;
+  if (result.truncated_bytes > 0) {
+    if (::ftruncate(fh->fd(), position) != 0) return ErrnoStatus("truncate", log_path());
+    size_.store(position);
+  }
+  if (!active_) RUNNEL_RETURN_IF_ERROR(TrimIndexes());
+  indexes_missing_ = false;
+  return result;
+}
+
+Status Segment::LoadClean(int32_t index_interval_bytes) {
+  bool rebuild = indexes_missing_ || !offset_index_->SanityCheck().ok() ||
+                 !time_index_->SanityCheck().ok() ||
+                 (offset_index_->entries() == 0 && size() > index_interval_bytes);
+  if (!rebuild) {
+    OffsetPosition last = offset_index_->LastEntry();
+    if (last.position > size()) rebuild = true;
+  }
+  if (rebuild) {
+    rebuilt_indexes_ = true;
+    return RebuildIndexes(index_interval_bytes);
+  }
+  RUNNEL_RETURN_IF_ERROR(ResetSummary());
+  // The first batch gives the rolling timestamp; the time index's last entry the maximum up
+  // to its last index entry; the tail after the last offset index entry is scanned.
+  RUNNEL_RETURN_IF_ERROR(ScanBatches(0, size(), [&](const BatchLocation& loc) {
+    rolling_timestamp_ = loc.max_timestamp;
+    return false;
+  }));
+  TimestampOffset t = time_index_->LastEntry();
+  if (t.timestamp >= 0) {
+    offset_of_max_timestamp_.store(t.offset);
+    max_timestamp_.store(t.timestamp);
+  }
+  OffsetPosition last = offset_index_->LastEntry();
+  bytes_since_index_entry_ = 0;
+  int64_t from = offset_index_->entries() > 0 ? last.position : 0;
+  int64_t rolling = rolling_timestamp_;
+  RUNNEL_RETURN_IF_ERROR(ScanBatches(from, size(), [&](const BatchLocation& loc) {
+    Track(loc);
+    bytes_since_index_entry_ += loc.size;
+    return true;
+  }));
+  rolling_timestamp_ = rolling;
+  indexes_missing_ = false;
+  return absl::OkStatus();
+}
+
+Status Segment::TruncateTo(int64_t offset) {
+  RUNNEL_ASSIGN_OR_RETURN(std::optional<BatchLocation> loc, FindBatch(offset, size()));
+  if (!loc) return absl::OkStatus();  // nothing at or after offset
+  RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, File());
+  if (::ftruncate(fh->fd(), loc->position) != 0) return ErrnoStatus("truncate", log_path());
+  size_.store(loc->position);
+  offset_index_->TruncateTo(loc->base_offset);
+  time_index_->TruncateTo(loc->base_offset);
+  // Recompute the summary of what is left.
+  RUNNEL_RETURN_IF_ERROR(ResetSummary());
+  int64_t last_entry_pos = offset_index_->entries() > 0 ? offset_index_->LastEntry().position : -1;
+  RUNNEL_RETURN_IF_ERROR(ScanBatches(0, size(), [&](const BatchLocation& l) {
+    Track(l);
+    bytes_since_index_entry_ = l.position > last_entry_pos ? bytes_since_index_entry_ + l.size : 0;
+    return true;
+  }));
+  return absl::OkStatus();
+}
+
+Status Segment::TrimIndexes() {
+  RUNNEL_RETURN_IF_ERROR(offset_index_->TrimToValidSize());
+  RUNNEL_RETURN_IF_ERROR(time_index_->TrimToValidSize());
+  return absl::OkStatus();
+}
+
+Status Segment::OnRoll() {
+  if (max_timestamp() >= 0) {
+    RUNNEL_RETURN_IF_ERROR(time_index_->MaybeAppend(max_timestamp(), offset_of_max_timestamp()));
+  }
+  active_ = false;
+  RUNNEL_RETURN_IF_ERROR(offset_index_->Flush());
+  RUNNEL_RETURN_IF_ERROR(time_index_->Flush());
+  return TrimIndexes();
+}
+
+Status Segment::Reactivate() {
+  active_ = true;
+  RUNNEL_RETURN_IF_ERROR(offset_index_->Resize(max_index_bytes_));
+  return time_index_->Resize(max_index_bytes_);
+}
+
+Status Segment::Close() {
+  if (active_) RUNNEL_RETURN_IF_ERROR(OnRoll());
+  RUNNEL_RETURN_IF_ERROR(Flush());
+  files_->Forget(log_path());
+  return absl::OkStatus();
+}
+
+Status Segment::RenameSuffix(std::string_view from, std::string_view to) {
+  auto renamed = [&](const std::string& p) {
+    std::string base = p;
+    if (!from.empty() && p.size() >= from.size() &&
+        p.compare(p.size() - from.size(), from.size(), from) == 0) {
+      base = p.substr(0, p.size() - from.size());
+    }
+    return base + std::string(to);
+  };
+  std::string old_log = log_path();
+  std::string new_log = renamed(old_log);
+  // Forget both names: a cached handle under the new name would be a file unlinked earlier.
+  files_->Forget(old_log);
+  files_->Forget(new_log);
+  if (::rename(old_log.c_str(), new_log.c_str()) != 0) return ErrnoStatus("rename", old_log);
+  {
+    std::lock_guard lock(path_mu_);
+    log_path_ = new_log;
+  }
+  RUNNEL_RETURN_IF_ERROR(offset_index_->RenameTo(renamed(offset_index_->path())));
+  return time_index_->RenameTo(renamed(time_index_->path()));
+}
+
+Status Segment::Delete() {
+  std::string path = log_path();
+  files_->Forget(path);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("unlink", path);
+  RUNNEL_RETURN_IF_ERROR(offset_index_->Delete());
+  return time_index_->Delete();
+}
+
+}  // namespace runnel::storaged
