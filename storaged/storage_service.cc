@@ -158,6 +158,28 @@ grpc::Status StorageServiceImpl::DescribeLogDirs(grpc::ServerContext*,
   });
 }
 
+namespace {
+
+// The log `spec` names, checking the topic id when one is given; nullptr (with the error set
+// on `out`) otherwise.
+std::shared_ptr<Log> FindSpecLog(LogManager& logs, const storage::PartitionSpec& spec,
+                                 storage::PartitionResult* out) {
+  ErrorCode error;
+  std::shared_ptr<Log> log = FindLog(logs, spec.topic(), spec.partition(), &error);
+  if (!log) {
+    SetError(out, error, "no such partition here");
+    return nullptr;
+  }
+  if (!spec.topic_id().empty() && spec.topic_id() != log->topic_id()) {
+    SetError(out, ErrorCode::kInconsistentTopicId,
+             fmt::format("the log holds topic id {}, not {}", log->topic_id(), spec.topic_id()));
+    return nullptr;
+  }
+  return log;
+}
+
+}  // namespace
+
 grpc::Status StorageServiceImpl::CreatePartitions(grpc::ServerContext*,
                                                   const storage::PartitionsRequest* request,
                                                   storage::PartitionsResponse* response) {
@@ -201,19 +223,7 @@ grpc::Status StorageServiceImpl::DeletePartitions(grpc::ServerContext*,
       storage::PartitionResult* out = response->add_partitions();
       out->set_topic(spec.topic());
       out->set_partition(spec.partition());
-      ErrorCode error;
-      std::shared_ptr<Log> log = FindLog(logs_, spec.topic(), spec.partition(), &error);
-      if (!log) {
-        SetError(out, error, "no such partition here");
-        continue;
-      }
-      if (!spec.topic_id().empty() && spec.topic_id() != log->topic_id()) {
-        SetError(
-            out, ErrorCode::kInconsistentTopicId,
-            fmt::format("the log holds topic id {}, not {}", log->topic_id(), spec.topic_id()));
-        continue;
-      }
-      log.reset();  // the manager closes it; do not keep it alive from here
+      if (!FindSpecLog(logs_, spec, out)) continue;
       Status st = logs_.DeleteLog(Tp(spec.topic(), spec.partition()));
       if (!st.ok()) SetError(out, KafkaErrorOf(st), Message(st));
     }
@@ -229,18 +239,7 @@ grpc::Status StorageServiceImpl::UpdatePartitionConfigs(grpc::ServerContext*,
       storage::PartitionResult* out = response->add_partitions();
       out->set_topic(spec.topic());
       out->set_partition(spec.partition());
-      ErrorCode error;
-      std::shared_ptr<Log> log = FindLog(logs_, spec.topic(), spec.partition(), &error);
-      if (!log) {
-        SetError(out, error, "no such partition here");
-        continue;
-      }
-      if (!spec.topic_id().empty() && spec.topic_id() != log->topic_id()) {
-        SetError(
-            out, ErrorCode::kInconsistentTopicId,
-            fmt::format("the log holds topic id {}, not {}", log->topic_id(), spec.topic_id()));
-        continue;
-      }
+      if (!FindSpecLog(logs_, spec, out)) continue;
       Status st = logs_.UpdateConfig(Tp(spec.topic(), spec.partition()), ConfigsOf(spec));
       if (st.ok()) continue;
       SetError(out,

@@ -173,6 +173,7 @@ Status Log::Load(int64_t recovery_point, int64_t log_start_offset, bool clean_sh
   std::sort(bases.begin(), bases.end());
 
   std::vector<std::shared_ptr<Segment>> loaded;
+  std::vector<Segment*> recovered;  // rescanned: flushed below, their epochs re-read
   bool cut = false;  // a recovered segment lost its tail: every later segment goes too
   for (size_t i = 0; i < bases.size(); ++i) {
     bool last = i + 1 == bases.size();
@@ -203,6 +204,7 @@ Status Log::Load(int64_t recovery_point, int64_t log_start_offset, bool clean_sh
     }
     if (recover) {
       RUNNEL_ASSIGN_OR_RETURN(SegmentRecovery r, seg->Recover(cfg.index_interval_bytes));
+      recovered.push_back(seg.get());
       report->recovered_segments++;
       report->rebuilt_indexes++;
       if (r.truncated_bytes > 0) {
@@ -237,9 +239,7 @@ Status Log::Load(int64_t recovery_point, int64_t log_start_offset, bool clean_sh
   first_dirty_offset_.store(log_start_offset_.load());
 
   // What was recovered is flushed now, so the recovery point can move to the end.
-  for (const std::shared_ptr<Segment>& s : loaded) {
-    if (s->next_offset() > recovery_point || !clean_shutdown) RUNNEL_RETURN_IF_ERROR(s->Flush());
-  }
+  for (Segment* s : recovered) RUNNEL_RETURN_IF_ERROR(s->Flush());
   recovery_point_.store(end);
   last_flush_ms_.store(options_.now_ms());
 
@@ -253,6 +253,21 @@ Status Log::Load(int64_t recovery_point, int64_t log_start_offset, bool clean_sh
     epochs_ = std::move(*epochs);
     RUNNEL_RETURN_IF_ERROR(epochs_->TruncateFromEnd(end));
     RUNNEL_RETURN_IF_ERROR(epochs_->TruncateFromStart(log_start_offset_.load()));
+    // A crash between writing a batch and checkpointing its new epoch leaves the epoch out
+    // of the file: the recovered batches say which epochs they were written in (Kafka
+    // assigns epochs from the batches while recovering, too).
+    for (Segment* seg : recovered) {
+      Status assigned = absl::OkStatus();
+      RUNNEL_RETURN_IF_ERROR(seg->ScanBatches(0, seg->size(), [&](const BatchLocation& loc) {
+        std::optional<EpochEntry> latest = epochs_->Latest();
+        if (loc.partition_leader_epoch >= 0 &&
+            (!latest || loc.partition_leader_epoch > latest->epoch)) {
+          assigned = epochs_->Assign(loc.partition_leader_epoch, loc.base_offset);
+        }
+        return assigned.ok();
+      }));
+      RUNNEL_RETURN_IF_ERROR(assigned);
+    }
   }
   if (!report->notes.empty()) {
     for (const std::string& note : report->notes) Logger()->warn("[{}] {}", name, note);

@@ -404,9 +404,10 @@ StatusOr<SegmentRecovery> Segment::Recover(int32_t index_interval_bytes) {
 }
 
 Status Segment::LoadClean(int32_t index_interval_bytes) {
+  // No entries is fine (everything before the last batch may be within the interval):
+  // the scan below then starts at byte 0.
   bool rebuild = indexes_missing_ || !offset_index_->SanityCheck().ok() ||
-                 !time_index_->SanityCheck().ok() ||
-                 (offset_index_->entries() == 0 && size() > index_interval_bytes);
+                 !time_index_->SanityCheck().ok();
   if (!rebuild) {
     OffsetPosition last = offset_index_->LastEntry();
     if (last.position > size()) rebuild = true;
