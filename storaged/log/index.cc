@@ -137,6 +137,7 @@ Status IndexFile::Map(int32_t max_index_bytes, bool writable, FollowsFn follows)
     return s;
   }
   file_bytes_ = st.st_size;
+  on_disk_slots_ = int(RoundDownToEntries(file_bytes_, entry_size_) / entry_size_);
   Status s = MapFd(fd, RoundDownToEntries(file_bytes_, entry_size_));
   if (!s.ok()) {
     ::close(fd);
@@ -147,9 +148,10 @@ Status IndexFile::Map(int32_t max_index_bytes, bool writable, FollowsFn follows)
   if (max_entries_ > 0) {
     n = 1;
     while (n < max_entries_ && follows(Slot(n - 1), Slot(n))) ++n;
-    // A lone zero entry is real only in a trimmed one-entry file; in a larger file of zeros
-    // it is preallocated space that was never written.
-    if (n == 1 && max_entries_ > 1 && FirstNonZeroSlot(0) == -1) n = 0;
+    // A lone zero entry is real only in a trimmed one-entry file; in a larger file it is
+    // preallocated space that was never written (a real first entry (base, 0) would say
+    // nothing an empty index does not). Garbage after it is SanityCheck's business.
+    if (n == 1 && max_entries_ > 1 && SlotIsZero(0)) n = 0;
   }
   set_entries(n);
 
@@ -171,6 +173,9 @@ Status IndexFile::MapFd(int fd, int64_t bytes) {
   if (bytes > 0) {
     mapped = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (mapped == MAP_FAILED) return absl::InternalError(Errno("mmap", path_));
+    // Entries are touched a page at a time, at the tail or by binary search: readahead
+    // would fault in (and zero-fill) megabytes of the preallocated file around each page.
+    (void)::madvise(mapped, static_cast<size_t>(bytes), MADV_RANDOM);
   }
   if (Status s = Unmap(); !s.ok()) {
     if (mapped != nullptr) ::munmap(mapped, static_cast<size_t>(bytes));
@@ -200,6 +205,8 @@ Status IndexFile::Remap(int64_t bytes) {
     s = absl::InternalError(Errno("resize", path_));
   } else {
     file_bytes_ = bytes;
+    // Past the entries the file is ours now: zeros (dropped slots are zeroed).
+    on_disk_slots_ = std::min<int64_t>(on_disk_slots_, entries());
     s = MapFd(fd, bytes);
     // The old mapping stays, but nothing past the new end of the file may be touched.
     if (!s.ok()) max_entries_ = std::min<int64_t>(max_entries_, bytes / entry_size_);
@@ -247,12 +254,20 @@ Status IndexFile::Delete() {
   return absl::OkStatus();
 }
 
+bool IndexFile::SlotIsZero(int i) const {
+  const uint8_t* slot = Slot(i);
+  for (int b = 0; b < entry_size_; ++b) {
+    if (slot[b] != 0) return false;
+  }
+  return true;
+}
+
 int IndexFile::FirstNonZeroSlot(int from) const {
-  for (int i = std::max(from, 0); i < max_entries_; ++i) {
-    const uint8_t* slot = Slot(i);
-    for (int b = 0; b < entry_size_; ++b) {
-      if (slot[b] != 0) return i;
-    }
+  // Slots past what the file held when opened were added by our own ftruncate: zeros by
+  // definition, and not worth faulting in (a preallocated index is megabytes).
+  int end = std::min(max_entries_, on_disk_slots_);
+  for (int i = std::max(from, 0); i < end; ++i) {
+    if (!SlotIsZero(i)) return i;
   }
   return -1;
 }

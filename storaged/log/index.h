@@ -87,6 +87,7 @@ class IndexFile {
   int64_t file_bytes() const { return file_bytes_; }
   // The first mapped slot at or after `from` holding a non-zero byte; -1 when none.
   int FirstNonZeroSlot(int from) const;
+  bool SlotIsZero(int i) const;
   // DataLoss when the file size is not whole entries, or a non-zero slot follows the
   // entries; `describe(i)` renders the entry in slot i for the message.
   Status CheckSizeAndTail(std::string (*describe)(const IndexFile&, int)) const;
@@ -106,6 +107,7 @@ class IndexFile {
   uint8_t* data_ = nullptr;
   size_t mapped_bytes_ = 0;
   int64_t file_bytes_ = 0;
+  int on_disk_slots_ = 0;  // whole slots the file held when Map opened it
   std::atomic<int> entries_{0};
   int max_entries_ = 0;
 };

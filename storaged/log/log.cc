@@ -765,6 +765,7 @@ Status Log::FlushUpTo(int64_t offset) {
     RUNNEL_RETURN_IF_ERROR(seg->Flush());
   }
   recovery_point_.store(std::max(recovery_point_.load(), target));
+  flush_count_.fetch_add(1);
   flushed_messages_snapshot_.store(messages);
   last_flush_ms_.store(options_.now_ms());
   return absl::OkStatus();

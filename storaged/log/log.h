@@ -157,6 +157,9 @@ class Log {
   Status MaybeTimedFlush();
   // Flushes up to `offset` if not already (a rolled segment in the background).
   Status FlushUpTo(int64_t offset);
+  // Flushes that reached the disk (each one fdatasync per unflushed segment): with group
+  // commit, fewer than the appends that waited for them.
+  uint64_t flush_count() const { return flush_count_.load(); }
 
   // Retention: removes whole non-active segments past retention.ms / retention.bytes or
   // wholly below the log start offset. Deleted segments are renamed *.deleted and returned
@@ -232,7 +235,8 @@ class Log {
   std::atomic<int64_t> appended_messages_{0};
   std::atomic<int64_t> last_flush_ms_{0};
   std::atomic<bool> failed_{false};
-  std::atomic<uint64_t> truncations_{0};  // an I/O error left the log unsafe to append to
+  std::atomic<uint64_t> truncations_{0};
+  std::atomic<uint64_t> flush_count_{0};  // an I/O error left the log unsafe to append to
 
   // Serializes flushes; the second of two concurrent flushers usually finds its data
   // already flushed by the first (group commit).

@@ -24,6 +24,8 @@ std::shared_ptr<spdlog::logger> Logger() {
   return logger;
 }
 
+constexpr size_t kCloseThreads = 8;
+
 int64_t SystemNowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -188,27 +190,34 @@ StatusOr<std::shared_ptr<Log>> LogManager::CreateLog(
     const std::map<std::string, std::string>& topic_configs) {
   RUNNEL_ASSIGN_OR_RETURN(LogConfig config,
                           LogConfig::WithOverrides(options_.defaults, topic_configs));
-  std::shared_ptr<Log> log;
-  {
-    std::lock_guard lock(logs_mu_);
-    auto it = logs_.find(tp);
-    if (it != logs_.end()) {
-      log = it->second;
-    } else {
-      // The dir with the fewest partitions takes it.
-      std::map<std::string, int> count;
-      for (const std::string& d : options_.dirs) count[d] = 0;
-      for (const auto& [t, d] : log_dir_of_) count[d]++;
-      std::string dir = options_.dirs.front();
-      for (const std::string& d : options_.dirs) {
-        if (count[d] < count[dir]) dir = d;
+  std::shared_ptr<Log> log = GetLog(tp);
+  if (!log) {
+    // Creations take their own lock, so lookups (every produce and fetch) never wait for
+    // the directory, metadata file and index files of a new partition.
+    std::lock_guard create(create_mu_);
+    log = GetLog(tp);
+    if (!log) {
+      std::string dir;
+      {
+        // The dir with the fewest partitions takes it.
+        std::lock_guard lock(logs_mu_);
+        std::map<std::string, int> count;
+        for (const std::string& d : options_.dirs) count[d] = 0;
+        for (const auto& [t, d] : log_dir_of_) count[d]++;
+        dir = options_.dirs.front();
+        for (const std::string& d : options_.dirs) {
+          if (count[d] < count[dir]) dir = d;
+        }
       }
       RUNNEL_ASSIGN_OR_RETURN(
           std::unique_ptr<Log> created,
           Log::Open(MakeLogOptions(dir, tp, config), topic_id, 0, 0, true, nullptr));
       log = std::shared_ptr<Log>(std::move(created));
-      logs_[tp] = log;
-      log_dir_of_[tp] = dir;
+      {
+        std::lock_guard lock(logs_mu_);
+        logs_[tp] = log;
+        log_dir_of_[tp] = dir;
+      }
       Logger()->info("[{}] created in {}", tp.ToString(), dir);
     }
   }
@@ -454,14 +463,33 @@ Status LogManager::Shutdown() {
   work_cv_.notify_all();
   if (background_.joinable()) background_.join();
   if (cleaner_thread_.joinable()) cleaner_thread_.join();
+  // Logs close in parallel (each is fsyncs and index trims): thousands of partitions must
+  // stop well within a service manager's stop timeout.
   Status result = absl::OkStatus();
-  for (const std::shared_ptr<Log>& log : AllLogs()) {
-    Status s = log->Close();
-    if (!s.ok()) {
-      Logger()->error("[{}] close: {}", log->tp().ToString(), s.message());
-      if (result.ok()) result = s;
+  std::vector<std::shared_ptr<Log>> logs = AllLogs();
+  std::mutex mu;
+  size_t next = 0;
+  auto closer = [&] {
+    for (;;) {
+      std::shared_ptr<Log> log;
+      {
+        std::lock_guard lock(mu);
+        if (next >= logs.size()) return;
+        log = logs[next++];
+      }
+      Status s = log->Close();
+      if (!s.ok()) {
+        Logger()->error("[{}] close: {}", log->tp().ToString(), s.message());
+        std::lock_guard lock(mu);
+        if (result.ok()) result = s;
+      }
     }
-  }
+  };
+  std::vector<std::thread> pool;
+  size_t threads = std::min<size_t>(logs.size(), kCloseThreads);
+  for (size_t i = 1; i < threads; ++i) pool.emplace_back(closer);
+  closer();
+  for (std::thread& t : pool) t.join();
   UnlinkDue(true);
   RemoveDeletedDirs(true);
   Status cp = WriteCheckpoints();

@@ -98,6 +98,7 @@ class LogManager {
   FileCache files_;
   LoadReport load_report_;
 
+  std::mutex create_mu_;  // serializes CreateLog's opening of new logs
   mutable std::mutex logs_mu_;
   std::map<TopicPartition, std::shared_ptr<Log>> logs_;
   std::map<TopicPartition, std::string> log_dir_of_;  // partition -> the log dir holding it

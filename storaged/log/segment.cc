@@ -21,6 +21,7 @@ constexpr size_t kLeaderEpochAt = 12;
 constexpr size_t kLastOffsetDeltaAt = 23;
 constexpr size_t kMaxTimestampAt = 35;
 constexpr int32_t kMinBatchLength = int32_t(record::kBatchHeaderSize - record::kLogOverhead);
+constexpr size_t kFirstScanChunk = 1 << 10;
 constexpr size_t kScanChunk = 64 << 10;
 constexpr size_t kRecoverChunk = 1 << 20;
 
@@ -41,9 +42,10 @@ Status ErrnoStatus(std::string_view what, const std::string& path) {
 
 // The same status with the file named in front (added only on the error path, where the
 // path is copied under its lock).
-Status InFile(const Status& s, const std::string& path) {
+template <typename Seg>
+Status InFile(const Status& s, const Seg& segment) {
   if (s.ok()) return s;
-  return absl::Status(s.code(), fmt::format("{}: {}", path, s.message()));
+  return absl::Status(s.code(), fmt::format("{}: {}", segment.log_path(), s.message()));
 }
 
 // Reads exactly n bytes at pos; a short read (end of file) is DataLoss.
@@ -175,7 +177,7 @@ Status Segment::Append(record::ByteSpan bytes, const std::vector<record::BatchVi
   RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, File());
   int64_t start = size();
   Status written = PwriteFull(fh->fd(), bytes.data(), bytes.size(), start);
-  if (!written.ok()) written = InFile(written, log_path());
+  if (!written.ok()) written = InFile(written, *this);
   if (!written.ok()) {
     // Cut back whatever part was written, so the file still ends at a batch boundary.
     if (::ftruncate(fh->fd(), start) != 0) {
@@ -208,6 +210,9 @@ Status Segment::ScanBatches(int64_t position, int64_t end,
   RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, File());
   std::vector<uint8_t> buf;
   int64_t buf_start = 0;
+  // Read a little while batches are big (a header is all that is needed of each), more
+  // while they are small (many headers per read).
+  int64_t chunk = int64_t(kFirstScanChunk);
   while (position < end) {
     if (end - position < int64_t(record::kBatchHeaderSize)) {
       return absl::DataLossError(fmt::format("{}: {} stray bytes at byte {}", log_path(),
@@ -215,15 +220,17 @@ Status Segment::ScanBatches(int64_t position, int64_t end,
     }
     if (buf.empty() || position < buf_start ||
         position + int64_t(record::kBatchHeaderSize) > buf_start + int64_t(buf.size())) {
-      buf.resize(size_t(std::min<int64_t>(int64_t(kScanChunk), end - position)));
+      buf.resize(size_t(std::min<int64_t>(chunk, end - position)));
       buf_start = position;
-      RUNNEL_RETURN_IF_ERROR(InFile(PreadFull(fh->fd(), buf.data(), buf.size(), position), log_path()));
+      RUNNEL_RETURN_IF_ERROR(InFile(PreadFull(fh->fd(), buf.data(), buf.size(), position), *this));
     }
     BatchLocation loc;
     std::string why = ParseHeader(buf.data() + (position - buf_start), position, end, &loc);
     if (!why.empty()) {
       return absl::DataLossError(fmt::format("{}: at byte {}: {}", log_path(), position, why));
     }
+    chunk = loc.size >= int64_t(kFirstScanChunk) * 4 ? int64_t(kFirstScanChunk)
+                                                      : int64_t(kScanChunk);
     if (!fn(loc)) break;
     position += loc.size;
   }
@@ -293,7 +300,7 @@ StatusOr<std::optional<BatchLocation>> Segment::FindBatchByTimestamp(int64_t tim
 StatusOr<std::vector<uint8_t>> Segment::ReadBytes(int64_t position, int32_t length) const {
   RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, File());
   std::vector<uint8_t> out(size_t(std::max(length, 0)));
-  RUNNEL_RETURN_IF_ERROR(InFile(PreadFull(fh->fd(), out.data(), out.size(), position), log_path()));
+  RUNNEL_RETURN_IF_ERROR(InFile(PreadFull(fh->fd(), out.data(), out.size(), position), *this));
   return out;
 }
 
@@ -362,7 +369,7 @@ StatusOr<SegmentRecovery> Segment::Recover(int32_t index_interval_bytes) {
       buf.resize(size_t(std::max<int64_t>(n, std::min<int64_t>(int64_t(kRecoverChunk),
                                                                 end - position))));
       buf_start = position;
-      return InFile(PreadFull(fh->fd(), buf.data(), buf.size(), position), log_path());
+      return InFile(PreadFull(fh->fd(), buf.data(), buf.size(), position), *this);
     };
     RUNNEL_RETURN_IF_ERROR(ensure(int64_t(record::kBatchHeaderSize)));
     BatchLocation loc;

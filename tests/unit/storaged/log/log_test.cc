@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 #include <fstream>
 
 #include "tests/unit/storaged/log/log_test_util.h"
@@ -459,6 +461,41 @@ TEST_F(LogTest, OldTimestampsDoNotRollEveryAppend) {
   EXPECT_EQ(log->State().segments, 1);
   Append(*log, 1, 5000);  // 4 s after the segment's first batch
   EXPECT_EQ(log->State().segments, 2);
+}
+
+}  // namespace
+}  // namespace runnel::storaged
+
+namespace runnel::storaged {
+namespace {
+
+// flush.messages=1: every append returns only once it is on disk, and appends that wait
+// together share one fdatasync.
+TEST_F(LogTest, ConcurrentDurableAppendsShareFlushes) {
+  LogConfig config;
+  config.flush_messages = 1;
+  auto log = Open(config);
+  constexpr int kThreads = 8;
+  constexpr int kAppends = 25;
+  std::atomic<int> not_durable{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kAppends; ++i) {
+        std::vector<uint8_t> batch = MakeBatch(1, now_);
+        AppendResult r = log->Append(batch, 0);
+        if (r.error != protocol::ErrorCode::kNone ||
+            log->State().recovery_point < r.last_offset + 1) {
+          not_durable++;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(not_durable.load(), 0);
+  EXPECT_EQ(log->State().log_end_offset, kThreads * kAppends);
+  EXPECT_LT(log->flush_count(), uint64_t(kThreads * kAppends) * 9 / 10)
+      << "no flush was shared";
 }
 
 }  // namespace
