@@ -49,6 +49,30 @@ TEST(Crc32cTest, HardwareAndPortableAgreeOnRandomInputs) {
   EXPECT_EQ(Extend(7, buf.data(), 4096), ExtendPortable(7, buf.data(), 4096));
 }
 
+// Long inputs go through three interleaved chains joined by zero-shift tables (blocks of
+// 8 KiB and 256 B): lengths around every block boundary must still agree.
+TEST(Crc32cTest, HardwareAndPortableAgreeOnLongInputs) {
+  std::mt19937 rng(7);
+  std::vector<uint8_t> buf(3 * 8192 * 3 + 64);
+  for (auto& b : buf) b = uint8_t(rng());
+  std::vector<size_t> lengths;
+  for (size_t base : {size_t{768}, size_t{3 * 8192}, size_t{2 * 3 * 8192}, size_t{3 * 8192 + 768}}) {
+    for (size_t d = 0; d < 20; ++d) {
+      lengths.push_back(base + d);
+      if (base >= d) lengths.push_back(base - d);
+    }
+  }
+  lengths.push_back(buf.size() - 8);
+  for (size_t offset : {size_t{0}, size_t{3}}) {
+    for (size_t len : lengths) {
+      ASSERT_EQ(Extend(0, buf.data() + offset, len), ExtendPortable(0, buf.data() + offset, len))
+          << "offset " << offset << " len " << len;
+      ASSERT_EQ(Extend(0x12345678, buf.data() + offset, len),
+                ExtendPortable(0x12345678, buf.data() + offset, len));
+    }
+  }
+}
+
 TEST(Crc32cTest, DetectsASingleBitFlip) {
   std::string data(1000, 'x');
   uint32_t before = Value(data);
