@@ -312,12 +312,11 @@ void LogManager::OnRoll(const TopicPartition& tp, int64_t offset) {
   work_cv_.notify_all();
 }
 
-void LogManager::QueueUnlink(std::vector<std::shared_ptr<Segment>> segments) {
+void LogManager::QueueUnlink(std::vector<std::shared_ptr<Segment>> segments, int64_t delay_ms) {
   if (segments.empty()) return;
   std::lock_guard lock(work_mu_);
   for (std::shared_ptr<Segment>& s : segments) {
-    LogConfig cfg = options_.defaults;
-    unlink_at_.emplace_back(options_.now_ms() + cfg.file_delete_delay_ms, std::move(s));
+    unlink_at_.emplace_back(options_.now_ms() + delay_ms, std::move(s));
   }
 }
 
@@ -325,7 +324,7 @@ void LogManager::RunRetention() {
   for (const std::shared_ptr<Log>& log : AllLogs()) {
     std::vector<std::shared_ptr<Segment>> doomed;
     log->DeleteOldSegments(&doomed);
-    QueueUnlink(std::move(doomed));
+    QueueUnlink(std::move(doomed), log->config().file_delete_delay_ms);
   }
 }
 
@@ -442,7 +441,8 @@ void LogManager::CleanerLoop() {
   for (;;) {
     std::vector<std::shared_ptr<Segment>> replaced;
     StatusOr<bool> cleaned = cleaner.CleanOnce(AllLogs(), &replaced);
-    QueueUnlink(std::move(replaced));
+    // The cleaner does not say whose segments these were: the node's delay applies.
+    QueueUnlink(std::move(replaced), options_.defaults.file_delete_delay_ms);
     if (!cleaned.ok()) Logger()->error("cleaner: {}", cleaned.status().message());
     std::unique_lock lock(work_mu_);
     if (stopping_) return;

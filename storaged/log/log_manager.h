@@ -92,7 +92,7 @@ class LogManager {
   void CleanerLoop();
   void UnlinkDue(bool all);
   void RemoveDeletedDirs(bool all);
-  void QueueUnlink(std::vector<std::shared_ptr<Segment>> segments);
+  void QueueUnlink(std::vector<std::shared_ptr<Segment>> segments, int64_t delay_ms);
 
   LogManagerOptions options_;
   FileCache files_;
