@@ -173,6 +173,103 @@ Status ParseRecordBody(ByteSpan body, Record* out) {
   return absl::OkStatus();
 }
 
+// The fast path of ValidateBatch's record walk: the same acceptance rules as RecordReader
+// and ParseRecordBody (lengths, varint encodings, offset deltas, keys, timestamps), without
+// building Records. It only says whether everything is valid; on false the detailed walk
+// runs again to say what is wrong, so messages are worded in one place.
+inline bool FastVarint(const uint8_t*& p, const uint8_t* end, int max_bytes, int value_bits,
+                       int64_t* out) {
+  if (p < end && *p < 0x80) {  // most lengths and deltas fit one byte
+    const uint8_t b = *p++;
+    *out = static_cast<int64_t>(b >> 1) ^ -static_cast<int64_t>(b & 1);
+    return true;
+  }
+  uint64_t v = 0;
+  for (int i = 0; i < max_bytes; ++i) {
+    if (p >= end) return false;
+    const uint8_t b = *p++;
+    const int shift = 7 * i;
+    if (i == max_bytes - 1 && (b >> (value_bits - shift)) != 0) return false;
+    v |= static_cast<uint64_t>(b & 0x7F) << shift;
+    if ((b & 0x80) == 0) {
+      if (value_bits == 32) {
+        const uint32_t z = static_cast<uint32_t>(v);
+        *out = static_cast<int32_t>((z >> 1) ^ (~(z & 1) + 1));
+      } else {
+        *out = static_cast<int64_t>((v >> 1) ^ (~(v & 1) + 1));
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+// Skips a length-prefixed field; `null_ok` allows length -1. Sets *is_null.
+inline bool FastSkipBytes(const uint8_t*& p, const uint8_t* end, bool null_ok, bool* is_null) {
+  int64_t len = 0;
+  if (!FastVarint(p, end, 5, 32, &len)) return false;
+  *is_null = len == -1;
+  if (len == -1) return null_ok;
+  if (len < 0 || len > end - p) return false;
+  p += len;
+  return true;
+}
+
+struct FastWalkRules {
+  bool from_client;
+  int32_t last_delta;
+  bool require_keys;
+  bool check_time;
+  int64_t base_timestamp;
+  int64_t now;
+  int64_t before_max_ms;
+  int64_t after_max_ms;
+};
+
+bool FastWalkRecords(ByteSpan payload, int32_t count, const FastWalkRules& r) {
+  const uint8_t* p = payload.data();
+  const uint8_t* const end = p + payload.size();
+  int32_t previous_delta = -1;
+  for (int32_t index = 0; index < count; ++index) {
+    int64_t length = 0;
+    if (!FastVarint(p, end, 5, 32, &length)) return false;
+    if (length < 0 || length > end - p) return false;
+    const uint8_t* const record_end = p + length;
+    if (p >= record_end) return false;  // an empty body
+    ++p;                                 // attributes
+    int64_t timestamp_delta = 0, offset_delta = 0;
+    if (!FastVarint(p, record_end, 10, 64, &timestamp_delta)) return false;
+    if (!FastVarint(p, record_end, 5, 32, &offset_delta)) return false;
+    if (r.from_client ? offset_delta != index
+                      : (offset_delta <= previous_delta || offset_delta > r.last_delta)) {
+      return false;
+    }
+    previous_delta = int32_t(offset_delta);
+    bool null_key = false, null_value = false;
+    if (!FastSkipBytes(p, record_end, true, &null_key)) return false;
+    if (r.require_keys && null_key) return false;
+    if (!FastSkipBytes(p, record_end, true, &null_value)) return false;
+    int64_t headers = 0;
+    if (!FastVarint(p, record_end, 5, 32, &headers) || headers < 0) return false;
+    if (headers > (record_end - p) / 2) return false;
+    for (int64_t h = 0; h < headers; ++h) {
+      bool null_header_key = false, null_header_value = false;
+      if (!FastSkipBytes(p, record_end, false, &null_header_key)) return false;
+      if (!FastSkipBytes(p, record_end, true, &null_header_value)) return false;
+    }
+    if (p != record_end) return false;
+    if (r.check_time) {
+      const int64_t ts = static_cast<int64_t>(static_cast<uint64_t>(r.base_timestamp) +
+                                              static_cast<uint64_t>(timestamp_delta));
+      const __int128 ahead = static_cast<__int128>(ts) - r.now;
+      if (ts != kNoTimestamp && (ahead > r.after_max_ms || -ahead > r.before_max_ms)) {
+        return false;
+      }
+    }
+  }
+  return p == end;
+}
+
 BatchError Error(ErrorCode code, std::string message) {
   return BatchError{code, std::move(message)};
 }
@@ -424,6 +521,14 @@ BatchError ValidateBatch(ByteSpan batch, const ValidationOptions& options) {
 
   const bool check_time = options.now_ms.has_value() && !view.has_delete_horizon() &&
                           view.timestamp_type() == TimestampType::kCreateTime;
+  const bool control_keys_exempt = view.is_control();
+  if (FastWalkRecords(payload, count,
+                      {options.from_client, last_delta,
+                       options.require_keys && !control_keys_exempt, check_time,
+                       view.base_timestamp(), options.now_ms.value_or(0),
+                       options.timestamp_before_max_ms, options.timestamp_after_max_ms})) {
+    return {};
+  }
   RecordReader reader(payload, count);
   Record record;
   int32_t index = 0;
