@@ -1,6 +1,7 @@
 #include "storaged/application.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -46,9 +47,35 @@ LogManagerOptions LogManagerOptionsFromConfig(const config::Config& config,
   return o;
 }
 
+namespace {
+
+// Segment files are kept open up to runnel.storage.max.open.files, besides gRPC's sockets
+// and the index files being mapped: the usual soft limit of 1024 descriptors is too few.
+// Raise it to the hard limit (what systemd's LimitNOFILE or the shell allows), and say so
+// when even that leaves little room.
+void RaiseFileLimit(size_t max_open_files, spdlog::logger& logger) {
+  struct rlimit lim;
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur < lim.rlim_max) {
+    rlim_t old = lim.rlim_cur;
+    lim.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &lim) == 0) {
+      logger.info("open file limit raised from {} to {}", old, lim.rlim_cur);
+    }
+  }
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < max_open_files + 256) {
+    logger.warn("the open file limit {} leaves little room beyond "
+                "runnel.storage.max.open.files={}: raise LimitNOFILE or lower the key",
+                lim.rlim_cur, max_open_files);
+  }
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Application>> Application::Start(const config::Config& config) {
   auto logger = log::Get("storaged");
   std::unique_ptr<Application> app(new Application());
+  RaiseFileLimit(static_cast<size_t>(config.GetInt("runnel.storage.max.open.files")), *logger);
 
   RUNNEL_ASSIGN_OR_RETURN(LogDirs dirs,
                           LogDirs::Open(config.GetList("log.dirs"), config.GetInt("node.id")));

@@ -172,8 +172,8 @@ Status LogManager::LoadDir(const std::string& dir) {
     }
     RUNNEL_RETURN_IF_ERROR(FsyncDir(dir));
   }
-  Logger()->info("{}: loaded {} partition(s) after a{} shutdown", dir, todo.size(),
-                 clean ? " clean" : "n unclean");
+  Logger()->info("{}: loaded {} partition(s){}", dir, todo.size(),
+                 todo.empty() ? "" : clean ? " after a clean shutdown" : " after an unclean stop");
   return absl::OkStatus();
 }
 
