@@ -339,7 +339,14 @@ LogState Log::State() const {
 }
 
 void Log::Notify() {
-  if (options_.on_change) options_.on_change(tp(), State());
+  if (!options_.on_change) return;
+  // Offsets only: State() walks every segment for the size, too much for every append.
+  LogState s;
+  s.log_start_offset = log_start_offset_.load();
+  s.log_end_offset = log_end_offset_.load();
+  s.high_watermark = s.log_end_offset;
+  s.recovery_point = recovery_point_.load();
+  options_.on_change(tp(), s);
 }
 
 AppendResult Log::Fail(ErrorCode code, std::string message, int batch_index) const {
@@ -839,8 +846,8 @@ int Log::DeleteOldSegments(std::vector<std::shared_ptr<Segment>>* to_unlink) {
   }
   Logger()->info("[{}] retention removed {} segment(s); log start offset is now {}",
                  tp().ToString(), n, new_start);
-  // Notify without append_mu_ would be nicer, but subscribers only queue the state.
-  if (options_.on_change) options_.on_change(tp(), State());
+  // Subscribers only note the change, so notifying under append_mu_ is fine.
+  Notify();
   return int(n);
 }
 

@@ -91,7 +91,8 @@ struct LogOptions {
   LogConfig config;
   FileCache* files = nullptr;
   std::function<int64_t()> now_ms;  // wall clock, ms since the epoch
-  // Called (without locks held) after the log's end or start offset changes.
+  // Called after the log's end or start offset changes, with the offsets (size_bytes and
+  // segments are left 0: State() has them). Must not block.
   std::function<void(const TopicPartition&, const LogState&)> on_change;
   // Called when a segment rolls, with the offset below which everything may be flushed in
   // the background (Kafka flushes a rolled segment asynchronously).
