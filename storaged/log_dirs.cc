@@ -34,6 +34,8 @@ Status FsyncPath(const std::string& path, int flags) {
 
 }  // namespace
 
+Status FsyncDir(const std::string& dir) { return FsyncPath(dir, O_RDONLY | O_DIRECTORY); }
+
 StatusOr<std::vector<std::pair<std::string, std::string>>> ReadProperties(
     const std::string& path) {
   std::ifstream in(path);
@@ -71,7 +73,7 @@ Status WriteFileDurably(const std::string& path, const std::string& contents) {
   }
   ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) return absl::InternalError(Errno("rename", tmp));
-  return FsyncPath(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
+  return FsyncDir(fs::path(path).parent_path().string());
 }
 
 StatusOr<LogDirs> LogDirs::Open(const std::vector<std::string>& paths, int32_t node_id) {

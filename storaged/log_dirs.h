@@ -61,5 +61,7 @@ class LogDirs {
 StatusOr<std::vector<std::pair<std::string, std::string>>> ReadProperties(const std::string& path);
 // Writes `lines` to `path` durably: temp file, fsync, rename, fsync of the directory.
 Status WriteFileDurably(const std::string& path, const std::string& contents);
+// fsync of a directory, so renames and unlinks in it are durable.
+Status FsyncDir(const std::string& dir);
 
 }  // namespace runnel::storaged

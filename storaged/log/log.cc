@@ -13,6 +13,7 @@
 
 #include "common/log/log.h"
 #include "common/protocol/uuid.h"
+#include "storaged/log_dirs.h"
 
 namespace runnel::storaged {
 namespace {
@@ -27,15 +28,6 @@ std::shared_ptr<spdlog::logger> Logger() {
 Status ErrnoStatus(std::string_view what, const std::string& path) {
   int e = errno;
   return absl::InternalError(fmt::format("{} {}: {}", what, path, std::strerror(e)));
-}
-
-Status FsyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("open", dir);
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return ErrnoStatus("fsync", dir);
-  return absl::OkStatus();
 }
 
 StatusOr<std::vector<std::string>> ListDir(const std::string& dir) {
@@ -66,14 +58,14 @@ std::optional<int64_t> SegmentBaseOf(std::string_view name, std::string_view suf
 
 }  // namespace
 
+int64_t SystemNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 Log::Log(LogOptions options) : options_(std::move(options)), config_(options_.config) {
-  if (!options_.now_ms) {
-    options_.now_ms = [] {
-      return std::chrono::duration_cast<std::chrono::milliseconds>(
-                 std::chrono::system_clock::now().time_since_epoch())
-          .count();
-    };
-  }
+  if (!options_.now_ms) options_.now_ms = SystemNowMs;
 }
 
 Log::~Log() {
@@ -358,9 +350,8 @@ AppendResult Log::Fail(ErrorCode code, std::string message, int batch_index) con
   return r;
 }
 
-bool Log::ShouldRollLocked(const Segment& active, int64_t append_bytes, int64_t last_offset,
-                           int64_t max_timestamp) const {
-  const LogConfig cfg = config();
+bool Log::ShouldRollLocked(const LogConfig& cfg, const Segment& active, int64_t append_bytes,
+                           int64_t last_offset, int64_t max_timestamp) const {
   int64_t size = active.size();
   if (size > 0 && size + append_bytes > cfg.segment_bytes) return true;
   if (size > 0) {
@@ -426,7 +417,7 @@ AppendResult Log::Append(std::span<uint8_t> records, int32_t leader_epoch) {
   AppendResult result;
   {
     std::lock_guard lock(append_mu_);
-    result = AppendLocked(records, *batches, leader_epoch, &needs_flush);
+    result = AppendLocked(cfg, records, *batches, leader_epoch, &needs_flush);
   }
   if (result.error != ErrorCode::kNone) return result;
   Notify();
@@ -442,14 +433,13 @@ AppendResult Log::Append(std::span<uint8_t> records, int32_t leader_epoch) {
   return result;
 }
 
-AppendResult Log::AppendLocked(std::span<uint8_t> records,
+AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
                                const std::vector<record::BatchView>& batches, int32_t leader_epoch,
                                bool* needs_flush) {
   if (closed_) return Fail(ErrorCode::kNotLeaderOrFollower, "the log is closed");
   if (failed_.load()) {
     return Fail(ErrorCode::kKafkaStorageError, "an earlier I/O error took this log offline");
   }
-  const LogConfig cfg = config();
   const int64_t now = options_.now_ms();
   int64_t next = log_end_offset_.load();
   AppendResult result;
@@ -472,7 +462,8 @@ AppendResult Log::AppendLocked(std::span<uint8_t> records,
   result.last_offset = next - 1;
   // The views read the header bytes just rewritten, so they see the assigned offsets.
   std::shared_ptr<Segment> active = ActiveSegment();
-  if (ShouldRollLocked(*active, int64_t(records.size()), result.last_offset, max_timestamp)) {
+  if (ShouldRollLocked(cfg, *active, int64_t(records.size()), result.last_offset,
+                       max_timestamp)) {
     Status rolled = RollLocked();
     if (!rolled.ok()) {
       return Fail(ErrorCode::kKafkaStorageError, std::string(rolled.message()));
@@ -535,7 +526,9 @@ AppendResult Log::AppendWithOffsets(std::span<uint8_t> records) {
     for (const record::BatchView& b : *batches) {
       max_timestamp = std::max(max_timestamp, b.max_timestamp());
     }
-    if (ShouldRollLocked(*active, int64_t(records.size()), result.last_offset, max_timestamp)) {
+    const LogConfig cfg = config();
+    if (ShouldRollLocked(cfg, *active, int64_t(records.size()), result.last_offset,
+                         max_timestamp)) {
       Status rolled = RollLocked();
       if (!rolled.ok()) return Fail(ErrorCode::kKafkaStorageError, std::string(rolled.message()));
     }
@@ -544,7 +537,7 @@ AppendResult Log::AppendWithOffsets(std::span<uint8_t> records) {
         result.base_offset < active->base_offset()) {
       return Fail(ErrorCode::kInvalidRecord, "batch offsets do not fit the active segment");
     }
-    Status written = active->Append(records, *batches, config().index_interval_bytes);
+    Status written = active->Append(records, *batches, cfg.index_interval_bytes);
     if (!written.ok()) return Fail(ErrorCode::kKafkaStorageError, std::string(written.message()));
     log_end_offset_.store(result.last_offset + 1);
     result.log_start_offset = log_start_offset_.load();

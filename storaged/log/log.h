@@ -69,6 +69,9 @@ struct OffsetLookup {
   int32_t leader_epoch = -1;
 };
 
+// Wall-clock milliseconds since the epoch (the default clock of logs and the manager).
+int64_t SystemNowMs();
+
 // ListOffsets' special timestamps.
 inline constexpr int64_t kLatestTimestamp = -1;
 inline constexpr int64_t kEarliestTimestamp = -2;
@@ -204,13 +207,13 @@ class Log {
   Status RebuildLeaderEpochs();
   // Rolls to a new active segment at the log end offset. Needs append_mu_.
   Status RollLocked();
-  bool ShouldRollLocked(const Segment& active, int64_t append_bytes, int64_t last_offset,
-                        int64_t max_timestamp) const;
+  bool ShouldRollLocked(const LogConfig& cfg, const Segment& active, int64_t append_bytes,
+                        int64_t last_offset, int64_t max_timestamp) const;
   std::shared_ptr<Segment> ActiveSegment() const;
   std::vector<std::shared_ptr<Segment>> SegmentsFrom(int64_t offset) const;
   void Notify();
   AppendResult Fail(protocol::ErrorCode code, std::string message, int batch_index = -1) const;
-  AppendResult AppendLocked(std::span<uint8_t> records,
+  AppendResult AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
                             const std::vector<record::BatchView>& batches, int32_t leader_epoch,
                             bool* needs_flush);
   int32_t EpochForOffset(int64_t offset) const;

@@ -26,23 +26,8 @@ std::shared_ptr<spdlog::logger> Logger() {
 
 constexpr size_t kCloseThreads = 8;
 
-int64_t SystemNowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string Join(const std::string& dir, std::string_view name) {
   return dir + "/" + std::string(name);
-}
-
-Status FsyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError(fmt::format("open {}: {}", dir, std::strerror(errno)));
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return absl::InternalError(fmt::format("fsync {}: {}", dir, std::strerror(errno)));
-  return absl::OkStatus();
 }
 
 }  // namespace
