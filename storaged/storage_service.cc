@@ -375,6 +375,7 @@ grpc::Status StorageServiceImpl::Read(grpc::ServerContext*, const storage::ReadR
         range->set_path(r.ranges[i].path);
         range->set_position(r.ranges[i].position);
         range->set_length(r.ranges[i].length);
+        range->set_inode(r.ranges[i].inode);
         used += r.ranges[i].length;
       }
     }
@@ -433,6 +434,30 @@ grpc::Status StorageServiceImpl::DeleteRecords(grpc::ServerContext*,
       } else {
         out->set_low_watermark(*start);
       }
+    }
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status StorageServiceImpl::OffsetsForLeaderEpoch(
+    grpc::ServerContext*, const storage::OffsetsForLeaderEpochRequest* request,
+    storage::OffsetsForLeaderEpochResponse* response) {
+  return Guard("OffsetsForLeaderEpoch", [&] {
+    for (const storage::OffsetsForLeaderEpochPartition& p : request->partitions()) {
+      storage::OffsetsForLeaderEpochPartitionResult* out = response->add_partitions();
+      out->set_topic(p.topic());
+      out->set_partition(p.partition());
+      out->set_leader_epoch(-1);
+      out->set_end_offset(-1);
+      ErrorCode error;
+      std::shared_ptr<Log> log = FindLog(logs_, p.topic(), p.partition(), &error);
+      if (!log) {
+        out->set_error_code(ToWire(error));
+        continue;
+      }
+      auto [epoch, end_offset] = log->EndOffsetForEpoch(p.leader_epoch());
+      out->set_leader_epoch(epoch);
+      out->set_end_offset(end_offset);
     }
     return grpc::Status::OK;
   });

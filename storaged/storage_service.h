@@ -85,6 +85,9 @@ class StorageServiceImpl final : public storage::StorageService::Service {
   grpc::Status DeleteRecords(grpc::ServerContext* context,
                              const storage::DeleteRecordsRequest* request,
                              storage::DeleteRecordsResponse* response) override;
+  grpc::Status OffsetsForLeaderEpoch(grpc::ServerContext* context,
+                                     const storage::OffsetsForLeaderEpochRequest* request,
+                                     storage::OffsetsForLeaderEpochResponse* response) override;
   grpc::Status GetPartitionStates(grpc::ServerContext* context,
                                   const storage::GetPartitionStatesRequest* request,
                                   storage::GetPartitionStatesResponse* response) override;

@@ -585,7 +585,7 @@ ReadResult Log::Read(int64_t offset, int32_t max_bytes, bool min_one_batch,
     }
     if (end_position <= loc.position) break;
     int32_t length = int32_t(end_position - loc.position);
-    r.ranges.push_back({seg->log_path(), loc.position, length});
+    r.ranges.push_back({seg->log_path(), loc.position, length, seg->inode()});
     r.bytes += length;
     budget -= length;
     // Continue into the next segment only when this one was read to its end.
@@ -878,6 +878,13 @@ Status Log::ReplaceSegment(const std::shared_ptr<Segment>& old_segment,
 std::vector<EpochEntry> Log::LeaderEpochs() const {
   std::lock_guard lock(epochs_mu_);
   return epochs_->entries();
+}
+
+std::pair<int32_t, int64_t> Log::EndOffsetForEpoch(int32_t epoch) const {
+  std::lock_guard lock(epochs_mu_);
+  if (!epochs_) return {-1, -1};
+  return epochs_->EndOffsetFor(epoch, log_end_offset_.load())
+      .value_or(std::pair<int32_t, int64_t>(-1, -1));
 }
 
 Status Log::Close() {

@@ -23,6 +23,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/protocol/error_code.h"
@@ -51,6 +52,7 @@ struct FileRange {
   std::string path;
   int64_t position = 0;
   int32_t length = 0;
+  uint64_t inode = 0;  // of the file at `path` when read; a reopened path must match it
 };
 
 struct ReadResult {
@@ -193,6 +195,10 @@ class Log {
 
   // A copy of the leader epoch entries.
   std::vector<EpochEntry> LeaderEpochs() const;
+  // OffsetsForLeaderEpoch: (the largest known epoch <= `epoch`, where it ends), by the
+  // rules of LeaderEpochCache::EndOffsetFor with the log end offset as the latest epoch's
+  // end; (-1, -1), Kafka's UNDEFINED, when the log cannot say.
+  std::pair<int32_t, int64_t> EndOffsetForEpoch(int32_t epoch) const;
 
   // Closes segments (trimming indexes) after a final flush. The log is unusable afterwards.
   Status Close();

@@ -129,10 +129,10 @@ StatusOr<std::unique_ptr<Segment>> Segment::Open(const std::string& dir, int64_t
   if (::stat(s->log_path_.c_str(), &st) != 0) {
     if (errno != ENOENT || !create) return ErrnoStatus("stat", s->log_path_);
     RUNNEL_ASSIGN_OR_RETURN(auto fh, files->Get(s->log_path_, /*create=*/true));
-    (void)fh;
-    st.st_size = 0;
+    if (::fstat(fh->fd(), &st) != 0) return ErrnoStatus("fstat", s->log_path_);
   }
   s->size_.store(st.st_size);
+  s->inode_ = static_cast<uint64_t>(st.st_ino);
   std::string index_path = SegmentFilePath(dir, base_offset, kIndexSuffix) + std::string(suffix);
   std::string time_path =
       SegmentFilePath(dir, base_offset, kTimeIndexSuffix) + std::string(suffix);

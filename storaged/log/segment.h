@@ -56,6 +56,9 @@ class Segment {
   int64_t base_offset() const { return base_offset_; }
   // The .log file's path (a copy: a rename may change it meanwhile).
   std::string log_path() const;
+  // The .log file's inode: a reader that opens log_path() checks it is still this file
+  // (a compaction swap puts another file under the same name).
+  uint64_t inode() const { return inode_; }
   int64_t size() const { return size_.load(std::memory_order_acquire); }
   // The offset after the last batch (base_offset when empty).
   int64_t next_offset() const { return next_offset_.load(std::memory_order_acquire); }
@@ -140,6 +143,7 @@ class Segment {
   int64_t base_offset_;
   mutable std::mutex path_mu_;  // guards log_path_ against renames while others read it
   std::string log_path_;
+  uint64_t inode_ = 0;
   FileCache* files_;
   std::atomic<int64_t> size_{0};
   // Written by the appending thread, read by others (retention, ListOffsets).

@@ -461,6 +461,49 @@ TEST_F(StorageServiceTest, DeleteRecordsMovesTheLogStart) {
   EXPECT_EQ(DeleteRecords("u", 0, 1).error_code(), Code(ErrorCode::kUnknownTopicOrPartition));
 }
 
+TEST_F(StorageServiceTest, OffsetsForLeaderEpoch) {
+  ASSERT_EQ(CreateCode("t", 0, topic_id_), 0);
+  ASSERT_EQ(CreateCode("t", 1, topic_id_), 0);
+  ASSERT_EQ(Append("t", 0, Batch(3), 2).error_code(), 0);  // epoch 2: offsets 0-2
+  ASSERT_EQ(Append("t", 0, Batch(4), 7).error_code(), 0);  // epoch 7: offsets 3-6
+  storage::OffsetsForLeaderEpochRequest req;
+  auto add = [&req](const std::string& topic, int32_t partition, int32_t epoch) {
+    storage::OffsetsForLeaderEpochPartition* p = req.add_partitions();
+    p->set_topic(topic);
+    p->set_partition(partition);
+    p->set_leader_epoch(epoch);
+  };
+  add("t", 0, 7);  // the latest: the log end
+  add("t", 0, 5);  // between: epoch 2 ends where 7 starts
+  add("t", 0, 9);  // above the latest: undefined
+  add("t", 1, 0);  // an empty log knows no epoch
+  add("x", 0, 1);  // no such partition
+  storage::OffsetsForLeaderEpochResponse resp;
+  grpc::Status st = stub_->OffsetsForLeaderEpoch(Ctx().get(), req, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(resp.partitions_size(), 5);
+  struct Want {
+    int error;
+    int32_t epoch;
+    int64_t end;
+  };
+  const Want want[] = {
+      {0, 7, 7},
+      {0, 2, 3},
+      {0, -1, -1},
+      {0, -1, -1},
+      {Code(ErrorCode::kUnknownTopicOrPartition), -1, -1},
+  };
+  for (int i = 0; i < 5; ++i) {
+    const storage::OffsetsForLeaderEpochPartitionResult& r = resp.partitions(i);
+    EXPECT_EQ(r.topic(), req.partitions(i).topic()) << i;
+    EXPECT_EQ(r.partition(), req.partitions(i).partition()) << i;
+    EXPECT_EQ(r.error_code(), want[i].error) << i;
+    EXPECT_EQ(r.leader_epoch(), want[i].epoch) << i;
+    EXPECT_EQ(r.end_offset(), want[i].end) << i;
+  }
+}
+
 TEST_F(StorageServiceTest, UpdateConfigsTakeEffect) {
   ASSERT_EQ(CreateCode("t", 0, topic_id_), 0);
   std::string big = Batch(1, 1000, 500);

@@ -500,3 +500,44 @@ TEST_F(LogTest, ConcurrentDurableAppendsShareFlushes) {
 
 }  // namespace
 }  // namespace runnel::storaged
+
+namespace runnel::storaged {
+namespace {
+
+using EpochEnd = std::pair<int32_t, int64_t>;
+
+TEST_F(LogTest, EndOffsetForEpochFollowsKafkasRules) {
+  auto log = Open();
+  EXPECT_EQ(log->EndOffsetForEpoch(0), EpochEnd(-1, -1)) << "no epoch known yet";
+  // Epoch 1: offsets 0-2; epoch 3: 3-4; epoch 5: 5-8.
+  std::vector<uint8_t> b1 = MakeBatch(3, now_);
+  ASSERT_EQ(log->Append(b1, 1).error, ErrorCode::kNone);
+  std::vector<uint8_t> b2 = MakeBatch(2, now_);
+  ASSERT_EQ(log->Append(b2, 3).error, ErrorCode::kNone);
+  std::vector<uint8_t> b3 = MakeBatch(4, now_);
+  ASSERT_EQ(log->Append(b3, 5).error, ErrorCode::kNone);
+
+  EXPECT_EQ(log->EndOffsetForEpoch(5), EpochEnd(5, 9)) << "the latest epoch ends at the end";
+  EXPECT_EQ(log->EndOffsetForEpoch(3), EpochEnd(3, 5));
+  EXPECT_EQ(log->EndOffsetForEpoch(4), EpochEnd(3, 5)) << "the largest epoch <= the one asked";
+  EXPECT_EQ(log->EndOffsetForEpoch(1), EpochEnd(1, 3));
+  EXPECT_EQ(log->EndOffsetForEpoch(2), EpochEnd(1, 3));
+  EXPECT_EQ(log->EndOffsetForEpoch(0), EpochEnd(0, 0)) << "below every epoch: the first start";
+  EXPECT_EQ(log->EndOffsetForEpoch(6), EpochEnd(-1, -1)) << "above the latest: undefined";
+  EXPECT_EQ(log->EndOffsetForEpoch(-1), EpochEnd(-1, -1));
+
+  // The latest epoch's end follows appends.
+  std::vector<uint8_t> b4 = MakeBatch(2, now_);
+  ASSERT_EQ(log->Append(b4, 5).error, ErrorCode::kNone);
+  EXPECT_EQ(log->EndOffsetForEpoch(5), EpochEnd(5, 11));
+
+  // Deleting records moves the first known epoch's start up with the log start.
+  ErrorCode error;
+  ASSERT_TRUE(log->DeleteRecordsBefore(4, &error).ok());
+  ASSERT_EQ(error, ErrorCode::kNone);
+  EXPECT_EQ(log->EndOffsetForEpoch(1), EpochEnd(1, 4));
+  EXPECT_EQ(log->EndOffsetForEpoch(3), EpochEnd(3, 5));
+}
+
+}  // namespace
+}  // namespace runnel::storaged
