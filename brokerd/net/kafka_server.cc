@@ -1,8 +1,17 @@
 #include "brokerd/net/kafka_server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "common/log/log.h"
@@ -16,10 +25,10 @@ std::shared_ptr<spdlog::logger> Log() {
   return logger;
 }
 
-std::string PeerAddress(uv_tcp_t* tcp, std::string* ip_out) {
+std::string PeerAddress(int fd, std::string* ip_out) {
   sockaddr_storage addr{};
-  int len = sizeof(addr);
-  if (uv_tcp_getpeername(tcp, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+  socklen_t len = sizeof(addr);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     *ip_out = "?";
     return "?";
   }
@@ -42,34 +51,53 @@ uint32_t ReadBigEndian32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
 }
 
+// Byte ranges one sendmsg carries at most (Linux allows 1024).
+constexpr size_t kMaxIov = 256;
+// Reads per readable event, so one busy client cannot hold the loop (as libuv does).
+constexpr int kMaxReadsPerWakeup = 32;
+
 }  // namespace
 
-// One client connection. Owned by the server's map (shared_ptr) until its handle's close
-// callback; responders hold weak_ptrs so a late answer to a closed connection is dropped.
+// One client connection. Owned by the server's map (shared_ptr) until its poll handle's
+// close callback; responders hold weak_ptrs so a late answer to a closed connection is
+// dropped. Owns the socket fd (closed in the destructor, after the poll handle is closed).
 class KafkaServer::Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(KafkaServer* server, uint64_t id, std::string listener)
-      : server_(server), id_(id), listener_(std::move(listener)) {
-    tcp_.data = this;
+  Connection(KafkaServer* server, uint64_t id, std::string listener, int fd)
+      : server_(server), id_(id), listener_(std::move(listener)), fd_(fd) {
+    poll_.data = this;
+  }
+  ~Connection() {
+    if (fd_ >= 0) ::close(fd_);
   }
 
-  uv_tcp_t* tcp() { return &tcp_; }
   uint64_t id() const { return id_; }
   const std::string& ip() const { return ip_; }
 
-  void Start() {
-    peer_ = PeerAddress(&tcp_, &ip_);
-    uv_tcp_nodelay(&tcp_, 1);
-    StartReading();
+  // Sets the connection up without reading yet; false when the socket cannot be polled
+  // (the connection is then dropped, and its destructor closes the socket).
+  bool Init(uv_loop_t* loop) {
+    peer_ = PeerAddress(fd_, &ip_);
+    int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    int rc = uv_poll_init(loop, &poll_, fd_);
+    if (rc != 0) {
+      Log()->warn("connection from {}: cannot poll its socket: {}", peer_, uv_strerror(rc));
+      return false;
+    }
+    poll_initialized_ = true;
+    return true;
   }
 
-  // Starts closing; the server forgets the connection in the close callback.
+  void Start() { StartReading(); }
+
+  // Starts closing; the server forgets the connection in the close callback. Queued
+  // responses not yet written are dropped.
   void Close() {
-    if (closing_) return;
+    if (closing_ || !poll_initialized_) return;
     closing_ = true;
     self_ = shared_from_this();
-    uv_read_stop(reinterpret_cast<uv_stream_t*>(&tcp_));
-    uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), [](uv_handle_t* h) {
+    uv_close(reinterpret_cast<uv_handle_t*>(&poll_), [](uv_handle_t* h) {
       auto* conn = static_cast<Connection*>(h->data);
       std::shared_ptr<Connection> keep = std::move(conn->self_);
       conn->server_->Forget(conn->id_, conn->ip_);
@@ -82,52 +110,107 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     bool done = false;
     Response response;
   };
-  // One uv_write of every response that was ready at once; freed in its callback.
-  struct WriteReq {
-    uv_write_t req;
-    std::vector<std::vector<uint8_t>> responses;
-    std::weak_ptr<Connection> conn;
+
+  // A response queued for writing, with how much of it is written. Its parts, in order:
+  // bytes[0, inserts[0].at), inserts[0].slice, bytes[inserts[0].at, inserts[1].at), ...,
+  // bytes[inserts.back().at, bytes.size()).
+  struct Outgoing {
+    std::vector<uint8_t> bytes;                 // size prefix filled in
+    std::vector<protocol::FileInsert> inserts;  // sorted by `at`, none empty
+    size_t byte_pos = 0;                        // bytes before this are written
+    size_t next_insert = 0;                     // inserts before this are written
+    int64_t file_done = 0;                      // bytes of inserts[next_insert] written
+
+    // The next part to write is inserts[next_insert].
+    bool AtFile() const {
+      return next_insert < inserts.size() && inserts[next_insert].at == byte_pos;
+    }
+    // End of the bytes part being written.
+    size_t BytesEnd() const {
+      return next_insert < inserts.size() ? inserts[next_insert].at : bytes.size();
+    }
+    bool Done() const { return next_insert == inserts.size() && byte_pos == bytes.size(); }
   };
 
+  enum class WriteResult { kProgress, kBlocked, kClosed };
+
+  static void OnPoll(uv_poll_t* handle, int status, int events) {
+    auto* conn = static_cast<Connection*>(handle->data);
+    if (conn->closing_) return;
+    if (status < 0) {
+      Log()->debug("connection {} from {}: {}", conn->id_, conn->peer_, uv_strerror(status));
+      conn->Close();
+      return;
+    }
+    if ((events & UV_WRITABLE) != 0) {
+      conn->waiting_writable_ = false;
+      conn->Flush();
+      conn->MaybeResumeReading();
+    }
+    if ((events & UV_READABLE) != 0 && conn->reading_ && !conn->closing_) conn->OnReadable();
+    conn->UpdatePoll();
+  }
+
+  // Polls for what the connection waits for now: requests while reading, writability while
+  // a response is blocked on a full socket buffer.
+  void UpdatePoll() {
+    if (closing_) return;
+    int events = (reading_ ? UV_READABLE : 0) | (waiting_writable_ ? UV_WRITABLE : 0);
+    if (events == polled_events_) return;
+    polled_events_ = events;
+    int rc = events == 0 ? uv_poll_stop(&poll_) : uv_poll_start(&poll_, events, &OnPoll);
+    if (rc != 0) {
+      Log()->warn("connection {} from {}: cannot poll its socket: {}; closing it", id_, peer_,
+                  uv_strerror(rc));
+      Close();
+    }
+  }
+
   void StartReading() {
-    if (reading_ || closing_) return;
+    if (reading_ || closing_ || close_requested_) return;
     reading_ = true;
-    uv_read_start(
-        reinterpret_cast<uv_stream_t*>(&tcp_),
-        [](uv_handle_t* h, size_t, uv_buf_t* buf) {
-          auto* conn = static_cast<Connection*>(h->data);
-          buf->base = reinterpret_cast<char*>(conn->read_buf_);
-          buf->len = sizeof(conn->read_buf_);
-        },
-        [](uv_stream_t* s, ssize_t n, const uv_buf_t*) {
-          static_cast<Connection*>(s->data)->OnRead(n);
-        });
+    UpdatePoll();
   }
 
   void StopReading() {
     if (!reading_) return;
     reading_ = false;
-    uv_read_stop(reinterpret_cast<uv_stream_t*>(&tcp_));
+    UpdatePoll();
   }
 
-  void OnRead(ssize_t n) {
-    if (n == 0) return;
-    if (n < 0) {
-      if (n != UV_EOF) Log()->debug("connection {} from {}: {}", id_, peer_, uv_strerror(n));
-      Close();
-      return;
-    }
-    in_.insert(in_.end(), read_buf_, read_buf_ + n);
+  // Requests the connection holds: unanswered, or answered and not yet fully written.
+  size_t InFlight() const { return slots_.size() + out_.size(); }
+
+  void MaybeResumeReading() {
+    if (InFlight() <= server_->limits_.max_in_flight_per_connection / 2) StartReading();
+  }
+
+  void OnReadable() {
     // Responses that handlers give while these frames are parsed go out in one write.
     parsing_ = true;
-    ParseFrames();
+    for (int i = 0; i < kMaxReadsPerWakeup && reading_ && !closing_ && !close_requested_; ++i) {
+      ssize_t n = ::read(fd_, read_buf_, sizeof(read_buf_));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (n <= 0) {
+        if (n < 0) {
+          Log()->debug("connection {} from {}: {}", id_, peer_, std::strerror(errno));
+        }
+        parsing_ = false;
+        Close();
+        return;
+      }
+      in_.insert(in_.end(), read_buf_, read_buf_ + n);
+      ParseFrames();
+      if (static_cast<size_t>(n) < sizeof(read_buf_)) break;  // drained the socket
+    }
     parsing_ = false;
-    FlushWrites();
+    Flush();
   }
 
   void ParseFrames() {
     size_t pos = 0;
-    while (!closing_ && in_.size() - pos >= 4) {
+    while (!closing_ && !close_requested_ && in_.size() - pos >= 4) {
       int32_t size = static_cast<int32_t>(ReadBigEndian32(in_.data() + pos));
       if (size < 0 || size > server_->limits_.max_request_bytes) {
         Log()->warn(
@@ -170,7 +253,7 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
 
     uint64_t seq = next_seq_++;
     slots_.push_back(Slot{seq, false, Response()});
-    if (slots_.size() >= server_->limits_.max_in_flight_per_connection) StopReading();
+    if (InFlight() >= server_->limits_.max_in_flight_per_connection) StopReading();
     std::weak_ptr<Connection> weak = shared_from_this();
     server_->dispatcher_.Dispatch(std::move(request), [weak, seq](Response response) {
       if (auto conn = weak.lock()) conn->Complete(seq, std::move(response));
@@ -178,7 +261,7 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
   }
 
   void Complete(uint64_t seq, Response response) {
-    if (closing_) return;
+    if (closing_ || close_requested_) return;
     for (Slot& slot : slots_) {
       if (slot.seq == seq) {
         slot.done = true;
@@ -192,61 +275,172 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
       slots_.pop_front();
       switch (r.kind) {
         case Response::Kind::kSend:
-          if (!QueueWrite(std::move(r.bytes))) return;
+          if (!Queue(std::move(r))) return;
           break;
         case Response::Kind::kNoResponse:
           break;
         case Response::Kind::kClose:
-          FlushWrites();
-          Close();
+          // What was answered before goes out first; later requests get no answer.
+          close_requested_ = true;
+          slots_.clear();
+          StopReading();
+          Flush();  // closes once the queue is written
           return;
       }
     }
-    if (!parsing_) FlushWrites();
-    if (slots_.size() < server_->limits_.max_in_flight_per_connection / 2) StartReading();
+    if (!parsing_) Flush();
+    MaybeResumeReading();
   }
 
-  // Fills in the size prefix and queues the response for the next FlushWrites.
-  bool QueueWrite(std::vector<uint8_t> payload) {
-    if (payload.size() < kSizePrefixBytes) {
-      Log()->error("connection {}: a response without its size prefix; closing", id_);
+  // Checks the response, fills in its size prefix and queues it for the next Flush.
+  bool Queue(Response r) {
+    const char* problem = nullptr;
+    int64_t size = static_cast<int64_t>(r.bytes.size()) - static_cast<int64_t>(kSizePrefixBytes);
+    size_t prev_at = kSizePrefixBytes;
+    if (size < 0) problem = "a response without its size prefix";
+    for (const protocol::FileInsert& ins : r.inserts) {
+      if (problem != nullptr) break;
+      const protocol::FileSlice& s = ins.slice;
+      if (ins.at < prev_at || ins.at > r.bytes.size()) {
+        problem = "file inserts out of order or outside the response";
+      } else if (s.file == nullptr || s.position < 0 || s.length < 0) {
+        problem = "a file insert without a file or with a negative position or length";
+      } else {
+        size += s.length;
+        prev_at = ins.at;
+      }
+    }
+    if (problem == nullptr && size > INT32_MAX) problem = "a response above 2 GiB";
+    if (problem != nullptr) {
+      Log()->error("connection {}: {}; closing", id_, problem);
       Close();
       return false;
     }
-    uint32_t size = static_cast<uint32_t>(payload.size() - kSizePrefixBytes);
-    payload[0] = static_cast<uint8_t>(size >> 24);
-    payload[1] = static_cast<uint8_t>(size >> 16);
-    payload[2] = static_cast<uint8_t>(size >> 8);
-    payload[3] = static_cast<uint8_t>(size);
-    out_.push_back(std::move(payload));
+    uint32_t prefix = static_cast<uint32_t>(size);
+    r.bytes[0] = static_cast<uint8_t>(prefix >> 24);
+    r.bytes[1] = static_cast<uint8_t>(prefix >> 16);
+    r.bytes[2] = static_cast<uint8_t>(prefix >> 8);
+    r.bytes[3] = static_cast<uint8_t>(prefix);
+    Outgoing& o = out_.emplace_back();
+    o.bytes = std::move(r.bytes);
+    o.inserts = std::move(r.inserts);
+    std::erase_if(o.inserts, [](const protocol::FileInsert& i) { return i.slice.length == 0; });
     return true;
   }
 
-  void FlushWrites() {
-    if (out_.empty() || closing_) return;
-    auto* w = new WriteReq();
-    w->responses = std::move(out_);
-    out_.clear();
-    w->conn = weak_from_this();
-    w->req.data = w;
-    std::vector<uv_buf_t> bufs;
-    bufs.reserve(w->responses.size());
-    for (auto& r : w->responses) {
-      bufs.push_back(
-          uv_buf_init(reinterpret_cast<char*>(r.data()), static_cast<unsigned>(r.size())));
+  // Writes what is queued until done or the socket buffer is full (then waits for
+  // writability). Closes the connection when a close was asked for and all is written.
+  void Flush() {
+    if (closing_ || waiting_writable_) return;
+    while (!out_.empty()) {
+      WriteResult r = out_.front().AtFile() ? SendFileSlice() : SendBytes();
+      if (r == WriteResult::kClosed) return;
+      if (r == WriteResult::kBlocked) {
+        waiting_writable_ = true;
+        break;
+      }
     }
-    int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&tcp_), bufs.data(),
-                      static_cast<unsigned>(bufs.size()), [](uv_write_t* req, int status) {
-                        auto* w = static_cast<WriteReq*>(req->data);
-                        if (status < 0 && status != UV_ECANCELED) {
-                          if (auto conn = w->conn.lock()) conn->Close();
-                        }
-                        delete w;
-                      });
-    if (rc != 0) {
-      delete w;
+    if (out_.empty() && close_requested_) {
       Close();
+      return;
     }
+    UpdatePoll();
+  }
+
+  // One sendmsg of every bytes part from the head of the queue up to the next file slice:
+  // all the plain responses ready at once, or the bytes before a Fetch response's records.
+  WriteResult SendBytes() {
+    iovec iov[kMaxIov];
+    size_t count = 0;
+    size_t total = 0;
+    bool more = false;  // a file slice (or more bytes) follows what this call carries
+    for (const Outgoing& o : out_) {
+      size_t pos = o.byte_pos;
+      size_t ins = o.next_insert;
+      for (;;) {
+        if (ins < o.inserts.size() && o.inserts[ins].at == pos) {
+          more = true;
+          break;
+        }
+        size_t end = ins < o.inserts.size() ? o.inserts[ins].at : o.bytes.size();
+        if (count == kMaxIov) {
+          more = true;
+          break;
+        }
+        iov[count].iov_base = const_cast<uint8_t*>(o.bytes.data() + pos);
+        iov[count].iov_len = end - pos;
+        ++count;
+        total += end - pos;
+        if (ins == o.inserts.size()) break;  // this response's last part
+        pos = end;                           // at the next file slice
+      }
+      if (more) break;
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = count;
+    // MSG_MORE: the bytes before a file slice leave with its first packet, not on their own.
+    int flags = MSG_NOSIGNAL | (more ? MSG_MORE : 0);
+    ssize_t n;
+    do {
+      n = ::sendmsg(fd_, &msg, flags);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return WriteResult::kBlocked;
+      Log()->debug("connection {} from {}: write: {}", id_, peer_, std::strerror(errno));
+      Close();
+      return WriteResult::kClosed;
+    }
+    ConsumeBytes(static_cast<size_t>(n));
+    // A short write means the socket buffer is full.
+    return static_cast<size_t>(n) < total ? WriteResult::kBlocked : WriteResult::kProgress;
+  }
+
+  // Marks `n` bytes from the head of the queue written (bytes parts only: SendBytes never
+  // reaches past a file slice).
+  void ConsumeBytes(size_t n) {
+    while (n > 0 && !out_.empty()) {
+      Outgoing& o = out_.front();
+      size_t take = std::min(n, o.BytesEnd() - o.byte_pos);
+      if (take == 0) break;  // at a file slice; cannot happen, see above
+      o.byte_pos += take;
+      n -= take;
+      if (o.Done()) out_.pop_front();
+    }
+  }
+
+  WriteResult SendFileSlice() {
+    Outgoing& o = out_.front();
+    const protocol::FileSlice& slice = o.inserts[o.next_insert].slice;
+    off_t pos = static_cast<off_t>(slice.position + o.file_done);
+    size_t want = static_cast<size_t>(slice.length - o.file_done);
+    ssize_t n;
+    do {
+      n = ::sendfile(fd_, slice.file->fd(), &pos, want);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return WriteResult::kBlocked;
+      Log()->warn("connection {} from {}: sendfile of {} bytes at {}: {}; closing it", id_, peer_,
+                  want, pos, std::strerror(errno));
+      Close();
+      return WriteResult::kClosed;
+    }
+    if (n == 0) {
+      // The file ends before the slice does (truncated under us). The frame's size is
+      // already promised and cannot be padded: closing makes the client retry.
+      Log()->warn(
+          "connection {} from {}: a record file has no byte {}, {} bytes short of the slice the "
+          "response promised (truncated?); closing it",
+          id_, peer_, pos, want);
+      Close();
+      return WriteResult::kClosed;
+    }
+    o.file_done += n;
+    if (o.file_done < slice.length) return WriteResult::kBlocked;  // socket buffer full
+    o.file_done = 0;
+    ++o.next_insert;
+    if (o.Done()) out_.pop_front();
+    return WriteResult::kProgress;
   }
 
   KafkaServer* server_;
@@ -254,12 +448,17 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
   std::string listener_;
   std::string peer_;
   std::string ip_;
-  uv_tcp_t tcp_;
+  int fd_;
+  uv_poll_t poll_;
+  bool poll_initialized_ = false;
+  int polled_events_ = 0;
   std::shared_ptr<Connection> self_;  // keeps this alive until the close callback
   bool reading_ = false;
+  bool waiting_writable_ = false;
   bool closing_ = false;
+  bool close_requested_ = false;  // a kClose answer: close once the queue is written
   bool parsing_ = false;
-  std::vector<std::vector<uint8_t>> out_;  // responses ready to write, in order
+  std::deque<Outgoing> out_;  // responses to write, in order; the front may be partly written
   uint8_t read_buf_[64 * 1024];
   std::vector<uint8_t> in_;
   std::deque<Slot> slots_;
@@ -321,15 +520,31 @@ void KafkaServer::OnNewConnection(uv_stream_t* stream, int status) {
 }
 
 void KafkaServer::Accept(Listener* listener) {
-  auto conn = std::make_shared<Connection>(this, next_connection_id_++, listener->name);
-  uv_tcp_init(loop_.raw(), conn->tcp());
-  if (uv_accept(reinterpret_cast<uv_stream_t*>(&listener->handle),
-                reinterpret_cast<uv_stream_t*>(conn->tcp())) != 0) {
-    conn->Close();
+  // libuv accepts into a uv_tcp_t; the connection takes its own descriptor of the socket
+  // and the uv_tcp_t closes libuv's, so the connection is the socket's one owner (see the
+  // header for why connections are not uv_tcp_t).
+  auto* accepted = new uv_tcp_t;
+  uv_tcp_init(loop_.raw(), accepted);
+  int fd = -1;
+  int rc = uv_accept(reinterpret_cast<uv_stream_t*>(&listener->handle),
+                     reinterpret_cast<uv_stream_t*>(accepted));
+  if (rc == 0) {
+    uv_os_fd_t raw = -1;
+    rc = uv_fileno(reinterpret_cast<uv_handle_t*>(accepted), &raw);
+    if (rc == 0) {
+      fd = fcntl(raw, F_DUPFD_CLOEXEC, 0);
+      if (fd < 0) rc = uv_translate_sys_error(errno);
+    }
+  }
+  uv_close(reinterpret_cast<uv_handle_t*>(accepted),
+           [](uv_handle_t* h) { delete reinterpret_cast<uv_tcp_t*>(h); });
+  if (fd < 0) {
+    Log()->warn("accept on {} failed: {}", listener->name, uv_strerror(rc));
     return;
   }
+  auto conn = std::make_shared<Connection>(this, next_connection_id_++, listener->name, fd);
+  if (!conn->Init(loop_.raw())) return;  // its destructor closes the socket
   connections_[conn->id()] = conn;
-  conn->Start();
   int& from_ip = per_ip_[conn->ip()];
   ++from_ip;
   if (closed_ || static_cast<int64_t>(connections_.size()) > limits_.max_connections ||
@@ -338,7 +553,9 @@ void KafkaServer::Accept(Listener* listener) {
         "refusing connection from {}: {} connection limit reached", conn->ip(),
         from_ip > limits_.max_connections_per_ip ? "max.connections.per.ip" : "max.connections");
     conn->Close();
+    return;
   }
+  conn->Start();
 }
 
 void KafkaServer::Forget(uint64_t id, const std::string& ip) {

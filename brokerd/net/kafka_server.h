@@ -3,8 +3,20 @@
 // Each connection reads frames of [int32 size][request], checks the size against
 // socket.request.max.bytes before buffering the frame, decodes the request header and
 // hands the request to the dispatcher. Many requests may be in flight on a connection;
-// their responses are written in request order. A malformed frame or header closes that
-// connection only, with one log line. Everything here runs on the loop thread.
+// their responses are written in request order, every response ready at once in one
+// sendmsg, and the file ranges a response carries (Fetch records) with sendfile from the
+// segment file straight to the socket. A malformed frame or header closes that connection
+// only, with one log line. Everything here runs on the loop thread.
+//
+// I/O: listeners are libuv uv_tcp_t handles, but a connection's socket is driven by a
+// uv_poll_t with our own read/sendmsg/sendfile. libuv's stream handle owns its fd's epoll
+// registration and has no sendfile, so waiting for writability between sendfile calls
+// is not possible beside it; the connection therefore takes its own descriptor of each
+// accepted socket (F_DUPFD_CLOEXEC) and the uv_tcp_t that accepted it is closed at once,
+// leaving the connection the socket's only owner.
+//
+// sendfile(2) cannot be told MSG_NOSIGNAL: the process must ignore SIGPIPE (brokerd's
+// main does), or a client that goes away mid-response kills it.
 #pragma once
 
 #include <uv.h>
@@ -28,7 +40,10 @@ struct ServerLimits {
   int32_t max_request_bytes = 100 << 20;  // socket.request.max.bytes
   int32_t max_connections = INT32_MAX;
   int32_t max_connections_per_ip = INT32_MAX;
-  size_t max_in_flight_per_connection = 64;  // reading pauses beyond this
+  // Reading pauses when this many requests are unanswered or answered but not yet written
+  // (so a client that does not read its responses cannot make the broker buffer without
+  // bound), and resumes at half of it.
+  size_t max_in_flight_per_connection = 64;
 };
 
 class KafkaServer {

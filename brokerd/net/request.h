@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/protocol/header.h"
+#include "common/protocol/wire.h"
 
 namespace runnel::brokerd {
 
@@ -26,8 +27,14 @@ struct RequestContext {
 };
 
 // What a handler answers. `bytes` starts with kSizePrefixBytes reserved bytes, which the
-// server fills with the size of what follows (the response header and body), so the
-// response is written without another copy.
+// server fills with the size of what follows (the response header and body, file bytes
+// included), so the response is written without another copy.
+//
+// `inserts` are file ranges that belong inside the response (a Fetch response's records):
+// the server sends bytes[0, at1), slice 1, bytes[at1, at2), slice 2, ..., the rest of
+// bytes, the slices with sendfile. They must be sorted by `at` and lie in
+// [kSizePrefixBytes, bytes.size()]; encode with a protocol::Writer whose insert sink is
+// `inserts` to get them.
 inline constexpr size_t kSizePrefixBytes = 4;
 
 struct Response {
@@ -38,9 +45,10 @@ struct Response {
   };
   Kind kind = Kind::kSend;
   std::vector<uint8_t> bytes = std::vector<uint8_t>(kSizePrefixBytes);
+  std::vector<protocol::FileInsert> inserts;
 
-  static Response Close() { return Response{Kind::kClose, {}}; }
-  static Response None() { return Response{Kind::kNoResponse, {}}; }
+  static Response Close() { return Response{Kind::kClose, {}, {}}; }
+  static Response None() { return Response{Kind::kNoResponse, {}, {}}; }
 };
 
 // Called exactly once per request, on the loop thread. Responses go out in request order

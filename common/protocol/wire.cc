@@ -1,6 +1,10 @@
 #include "common/protocol/wire.h"
 
+#include <unistd.h>
+
 #include <bit>
+#include <cerrno>
+#include <cstring>
 #include <limits>
 
 namespace runnel::protocol {
@@ -344,6 +348,58 @@ void Writer::WriteNullArrayLength(bool compact) {
     WriteUnsignedVarint(0);
   } else {
     WriteInt32(-1);
+  }
+}
+
+void Writer::WriteFileRecords(const std::vector<FileSlice>& files, bool compact) {
+  int64_t total = 0;
+  for (const FileSlice& s : files) {
+    if (s.file == nullptr || s.position < 0 || s.length < 0) {
+      Fail(
+          absl::InvalidArgumentError("records: a file slice without a file, or with a "
+                                     "negative position or length"));
+      return;
+    }
+    total += s.length;
+    if (total > kMaxWideLength) {
+      Fail(absl::InvalidArgumentError("records: file slices add up to more than 2^31-1 bytes"));
+      return;
+    }
+  }
+  if (compact) {
+    WriteUnsignedVarint(static_cast<uint32_t>(total + 1));
+  } else {
+    WriteInt32(static_cast<int32_t>(total));
+  }
+  for (const FileSlice& s : files) {
+    if (file_inserts_ != nullptr) {
+      if (s.length > 0) file_inserts_->push_back(FileInsert{out_->size(), s});
+    } else {
+      ReadSlice(s);
+    }
+  }
+}
+
+void Writer::ReadSlice(const FileSlice& slice) {
+  size_t start = out_->size();
+  // The output keeps the size Size() promised even when a read fails (zeros then; status_
+  // says the content is not valid).
+  out_->resize(start + static_cast<size_t>(slice.length));
+  if (!status_.ok()) return;
+  int64_t done = 0;
+  while (done < slice.length) {
+    ssize_t n = ::pread(slice.file->fd(), out_->data() + start + done,
+                        static_cast<size_t>(slice.length - done), slice.position + done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      Fail(absl::DataLossError("records: reading " + std::to_string(slice.length) + " bytes at " +
+                               std::to_string(slice.position) + " of fd " +
+                               std::to_string(slice.file->fd()) +
+                               (n == 0 ? std::string(": the file ends early")
+                                       : std::string(": ") + std::strerror(errno))));
+      return;
+    }
+    done += n;
   }
 }
 

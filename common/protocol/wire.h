@@ -103,14 +103,39 @@ class Reader {
   size_t pos_ = 0;
 };
 
+// Where a file slice goes in an encoded message: its bytes belong at byte `at` of the
+// output buffer (before the byte now at `at`), and are not in the buffer.
+struct FileInsert {
+  size_t at = 0;
+  FileSlice slice;
+  bool operator==(const FileInsert&) const = default;
+};
+
 // Appends the encoding to a byte vector (which may already hold bytes, e.g. a frame header).
+//
+// Records held as file slices (see records.h) are written as their length prefix only, with
+// one FileInsert per slice recorded in the insert sink, when the Writer has one: the caller
+// sends the file bytes at those offsets itself (brokerd with sendfile). Without a sink the
+// slices are read into the buffer with pread, a correct but copying fallback.
+//
+// Encoding cannot fail except for that fallback's reads (and for file slices that are not
+// valid). The first such failure is kept in status(); the output is then not a valid
+// encoding. Callers that may encode file slices without a sink check status() afterwards.
 class Writer {
  public:
   explicit Writer(Bytes& out) : out_(&out) {}
+  Writer(Bytes& out, std::vector<FileInsert>* file_inserts)
+      : out_(&out), file_inserts_(file_inserts) {}
 
   // Bytes in the underlying buffer, including any present before this Writer.
   size_t size() const { return out_->size(); }
   Bytes& buffer() { return *out_; }
+
+  // Where file slices are recorded instead of being read into the buffer; null for none.
+  void set_file_inserts(std::vector<FileInsert>* file_inserts) { file_inserts_ = file_inserts; }
+  std::vector<FileInsert>* file_inserts() const { return file_inserts_; }
+  // OK, or the first failure (see the class comment).
+  const absl::Status& status() const { return status_; }
 
   void WriteInt8(int8_t v) { out_->push_back(static_cast<uint8_t>(v)); }
   void WriteInt16(int16_t v) { PutBigEndian(static_cast<uint16_t>(v), 2); }
@@ -139,7 +164,11 @@ class Writer {
   void WriteBytes(std::span<const uint8_t> b, bool compact);
   void WriteNullableBytes(const std::optional<Bytes>& b, bool compact, bool nullable);
   void WriteRecords(const Records& r, bool compact, bool nullable) {
-    WriteNullableBytes(r.data, compact, nullable);
+    if (r.files.empty()) {
+      WriteNullableBytes(r.data, compact, nullable);
+    } else {
+      WriteFileRecords(r.files, compact);
+    }
   }
   void WriteArrayLength(size_t n, bool compact);
   void WriteNullArrayLength(bool compact);
@@ -151,8 +180,16 @@ class Writer {
     for (int i = 0; i < n; ++i) buf[i] = static_cast<uint8_t>(v >> (8 * (n - 1 - i)));
     out_->insert(out_->end(), buf, buf + n);
   }
+  void WriteFileRecords(const std::vector<FileSlice>& files, bool compact);
+  // Appends the slice's bytes read with pread (status_ set on a failure).
+  void ReadSlice(const FileSlice& slice);
+  void Fail(absl::Status status) {
+    if (status_.ok()) status_ = std::move(status);
+  }
 
   Bytes* out_;
+  std::vector<FileInsert>* file_inserts_ = nullptr;
+  absl::Status status_;
 };
 
 // The Writer's interface, counting bytes instead of writing them.
@@ -177,8 +214,14 @@ class SizeCounter {
   void WriteNullableString(const std::optional<std::string>& s, bool compact, bool nullable);
   void WriteBytes(std::span<const uint8_t> b, bool compact);
   void WriteNullableBytes(const std::optional<Bytes>& b, bool compact, bool nullable);
+  // File slices count as the bytes they stand for, as they are on the wire.
   void WriteRecords(const Records& r, bool compact, bool nullable) {
-    WriteNullableBytes(r.data, compact, nullable);
+    if (r.files.empty()) {
+      WriteNullableBytes(r.data, compact, nullable);
+    } else {
+      size_t n = r.SizeInBytes();
+      size_ += (compact ? UnsignedVarintSize(static_cast<uint32_t>(n + 1)) : 4) + n;
+    }
   }
   void WriteArrayLength(size_t n, bool compact);
   void WriteNullArrayLength(bool compact) { size_ += compact ? 1 : 4; }

@@ -1,41 +1,65 @@
 #include "brokerd/net/kafka_server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <functional>
 #include <future>
+#include <random>
 #include <thread>
 
 namespace runnel::brokerd {
 namespace {
 
-// Answers each request with its correlation id, holding every batch of `batch` requests
-// and answering them in reverse order, so the server has to restore request order.
+void AppendInt32(std::vector<uint8_t>* out, int32_t v) {
+  for (int shift : {24, 16, 8, 0}) out->push_back(static_cast<uint8_t>(v >> shift));
+}
+
+// A response that is just the correlation id.
+Response CorrelationResponse(int32_t corr) {
+  Response r;  // starts with the reserved size prefix
+  AppendInt32(&r.bytes, corr);
+  return r;
+}
+
+// Answers each request with what `make` gives for its correlation id (by default the id
+// alone), holding every batch of `batch` requests and answering them in reverse order, so
+// the server has to restore request order.
 class ReversingDispatcher : public RequestDispatcher {
  public:
-  explicit ReversingDispatcher(size_t batch) : batch_(batch) {}
+  using Make = std::function<Response(int32_t correlation_id)>;
+  ReversingDispatcher(size_t batch, Make make) : batch_(batch), make_(std::move(make)) {}
   void Dispatch(std::unique_ptr<RequestContext> request, Respond respond) override {
-    Response r;  // starts with the reserved size prefix
+    ++dispatched;
     int32_t corr = request->header.correlation_id;
-    for (int shift : {24, 16, 8, 0}) r.bytes.push_back(static_cast<uint8_t>(corr >> shift));
-    held_.emplace_back(std::move(r), std::move(respond));
+    held_.emplace_back(make_ ? make_(corr) : CorrelationResponse(corr), std::move(respond));
     if (held_.size() < batch_) return;
     for (auto it = held_.rbegin(); it != held_.rend(); ++it) it->second(std::move(it->first));
     held_.clear();
   }
 
+  std::atomic<int> dispatched{0};
+
  private:
   size_t batch_;
+  Make make_;
   std::vector<std::pair<Response, Respond>> held_;
 };
 
 class KafkaServerTest : public ::testing::Test {
  protected:
-  void StartServer(ServerLimits limits, size_t batch = 1) {
-    dispatcher_ = std::make_unique<ReversingDispatcher>(batch);
+  void StartServer(ServerLimits limits, size_t batch = 1, ReversingDispatcher::Make make = {}) {
+    // As brokerd's main does: sendfile to a client that went away must not kill the test.
+    std::signal(SIGPIPE, SIG_IGN);
+    dispatcher_ = std::make_unique<ReversingDispatcher>(batch, std::move(make));
     server_ = std::make_unique<KafkaServer>(loop_, *dispatcher_, limits);
     ASSERT_TRUE(server_->Listen({{"PLAINTEXT", "127.0.0.1", 0}}).ok());
     port_ = server_->bound_ports().at("PLAINTEXT");
@@ -47,10 +71,17 @@ class KafkaServerTest : public ::testing::Test {
       loop_.Stop([this] { server_->Close(); });
       thread_.join();
     }
+    file_.reset();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
-  int Connect() {
+  // A small receive buffer (set before connect, so the window stays small) makes the
+  // server's socket buffer fill, so its writes block (EAGAIN) until the client reads.
+  int Connect(int receive_buffer = 0) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (receive_buffer > 0) {
+      setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port_));
@@ -73,8 +104,7 @@ class KafkaServerTest : public ::testing::Test {
 
   // MSG_NOSIGNAL: writing to a connection the server closed must not kill the test.
   static bool Send(int fd, const std::vector<uint8_t>& bytes) {
-    return send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
-           static_cast<ssize_t>(bytes.size());
+    return send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
   }
 
   // Reads one response frame and returns the correlation id in it, -1 on close/timeout.
@@ -95,6 +125,91 @@ class KafkaServerTest : public ::testing::Test {
     uint8_t b;
     return read(fd, &b, 1) <= 0;
   }
+
+  // Creates the segment-like file the file responses send from: `size` random bytes.
+  void MakeFile(size_t size) {
+    char tmpl[] = "/tmp/runnel-kafka-server-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/00000000000000000000.log";
+    std::mt19937 rng(7);
+    content_.resize(size);
+    for (uint8_t& b : content_) b = static_cast<uint8_t>(rng());
+    int fd = open(path_.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(write(fd, content_.data(), content_.size()), static_cast<ssize_t>(content_.size()));
+    close(fd);
+    int rfd = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(rfd, 0);
+    file_ = std::make_shared<const protocol::FileHandle>(rfd);
+  }
+
+  // A response of the correlation id, then each slice of the file, a few bytes before every
+  // other one (so some slices are back to back), then a trailer.
+  Response FileResponse(int32_t corr, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+    Response r = CorrelationResponse(corr);
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      if (i % 2 == 0) r.bytes.insert(r.bytes.end(), {'s', static_cast<uint8_t>(i), '>'});
+      r.inserts.push_back(
+          protocol::FileInsert{r.bytes.size(), {file_, ranges[i].first, ranges[i].second}});
+    }
+    r.bytes.insert(r.bytes.end(), {'e', 'n', 'd'});
+    return r;
+  }
+
+  // The frame a client must receive for `r`: size prefix, then bytes with the file contents
+  // in place (taken from content_, not from the file).
+  std::vector<uint8_t> ExpectedFrame(const Response& r) const {
+    std::vector<uint8_t> out;
+    size_t prev = 0;
+    for (const protocol::FileInsert& ins : r.inserts) {
+      out.insert(out.end(), r.bytes.begin() + static_cast<ptrdiff_t>(prev),
+                 r.bytes.begin() + static_cast<ptrdiff_t>(ins.at));
+      // Past the end of the file (a test of truncation): zeros, never compared.
+      size_t start = out.size();
+      out.resize(start + static_cast<size_t>(ins.slice.length));
+      size_t position = static_cast<size_t>(ins.slice.position);
+      if (position < content_.size()) {
+        size_t n = std::min(static_cast<size_t>(ins.slice.length), content_.size() - position);
+        std::memcpy(out.data() + start, content_.data() + position, n);
+      }
+      prev = ins.at;
+    }
+    out.insert(out.end(), r.bytes.begin() + static_cast<ptrdiff_t>(prev), r.bytes.end());
+    uint32_t size = static_cast<uint32_t>(out.size() - kSizePrefixBytes);
+    for (size_t i = 0; i < 4; ++i) out[i] = static_cast<uint8_t>(size >> (24 - 8 * i));
+    return out;
+  }
+
+  // Reads up to `n` bytes (fewer on close or timeout), `chunk` at a time, pausing `pause_us`
+  // between reads to play a slow client.
+  static std::vector<uint8_t> ReadBytes(int fd, size_t n, size_t chunk = 1 << 20,
+                                        useconds_t pause_us = 0) {
+    std::vector<uint8_t> out(n);
+    size_t got = 0;
+    while (got < n) {
+      ssize_t r = read(fd, out.data() + got, std::min(chunk, n - got));
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+      if (pause_us > 0) usleep(pause_us);
+    }
+    out.resize(got);
+    return out;
+  }
+
+  static void SendFrames(int fd, int32_t first, int32_t count) {
+    std::vector<uint8_t> all;
+    for (int32_t corr = first; corr < first + count; ++corr) {
+      auto f = Frame(corr);
+      all.insert(all.end(), f.begin(), f.end());
+    }
+    ASSERT_TRUE(Send(fd, all));
+  }
+
+  std::string dir_;
+  std::string path_;
+  std::vector<uint8_t> content_;
+  std::shared_ptr<const protocol::FileHandle> file_;
 
   EventLoop loop_;
   std::unique_ptr<ReversingDispatcher> dispatcher_;
@@ -183,6 +298,148 @@ TEST_F(KafkaServerTest, PerIpConnectionLimit) {
   }
   EXPECT_TRUE(accepted);
   close(b);
+}
+
+constexpr size_t kMiB = 1 << 20;
+
+TEST_F(KafkaServerTest, FileSlicesAreSentInPlaceToASlowReader) {
+  MakeFile(8 * kMiB + 4096);
+  auto make = [this](int32_t corr) {
+    return FileResponse(corr, {{0, 100}, {100, 8 * kMiB}, {5, 1}, {8 * kMiB + 4000, 96}});
+  };
+  StartServer(ServerLimits{}, 1, make);
+  int fd = Connect(/*receive_buffer=*/64 << 10);
+  ASSERT_TRUE(Send(fd, Frame(3)));
+  // Not reading yet: the 8 MiB cannot fit in the socket buffers, so the server's sendfile
+  // meets EAGAIN and has to wait for writability.
+  usleep(200 * 1000);
+  std::vector<uint8_t> want = ExpectedFrame(make(3));
+  std::vector<uint8_t> got = ReadBytes(fd, want.size(), 64 << 10, 100);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got == want);
+  // Nothing after the frame; the connection still serves requests.
+  ASSERT_TRUE(Send(fd, Frame(4)));
+  want = ExpectedFrame(make(4));
+  got = ReadBytes(fd, want.size());
+  EXPECT_TRUE(got == want);
+  close(fd);
+}
+
+TEST_F(KafkaServerTest, PlainFileAndNoResponsesPipelinedInRequestOrder) {
+  MakeFile(2 * kMiB);
+  // Every third a file response (large enough to block the socket), every seventh no
+  // response at all (acks=0), the rest plain; answered five at a time in reverse order.
+  auto make = [this](int32_t corr) -> Response {
+    if (corr % 7 == 0) return Response::None();
+    if (corr % 3 == 0) {
+      int64_t start = corr * 1000;
+      return FileResponse(corr, {{start, 300000}, {start + 300000, 1000}, {0, 1}});
+    }
+    return CorrelationResponse(corr);
+  };
+  StartServer(ServerLimits{}, /*batch=*/5, make);
+  int fd = Connect(/*receive_buffer=*/64 << 10);
+  SendFrames(fd, 1, 40);
+  std::vector<uint8_t> want;
+  for (int32_t corr = 1; corr <= 40; ++corr) {
+    if (corr % 7 == 0) continue;
+    std::vector<uint8_t> f = ExpectedFrame(make(corr));
+    want.insert(want.end(), f.begin(), f.end());
+  }
+  std::vector<uint8_t> got = ReadBytes(fd, want.size(), 256 << 10, 1000);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got == want);
+  close(fd);
+}
+
+TEST_F(KafkaServerTest, AFileEndingBeforeItsSliceClosesTheConnection) {
+  MakeFile(4096);
+  auto make = [this](int32_t corr) {
+    if (corr == 1) return CorrelationResponse(corr);
+    return FileResponse(corr, {{0, 10}, {4000, 1000}});  // 904 bytes past the end
+  };
+  StartServer(ServerLimits{}, 1, make);
+  int fd = Connect();
+  SendFrames(fd, 1, 2);
+  EXPECT_EQ(ReadCorrelation(fd), 1);  // the response before it is whole
+  std::vector<uint8_t> partial = ExpectedFrame(make(2));
+  std::vector<uint8_t> got = ReadBytes(fd, partial.size());
+  // Everything up to the end of the file, then the close: never a frame of the wrong size.
+  size_t sent = partial.size() - 904 - 3;
+  ASSERT_EQ(got.size(), sent);
+  partial.resize(sent);
+  EXPECT_TRUE(got == partial);
+  EXPECT_TRUE(ClosedByPeer(fd));
+  close(fd);
+}
+
+TEST_F(KafkaServerTest, AFileTruncatedWhileSendingClosesTheConnection) {
+  MakeFile(8 * kMiB);
+  StartServer(ServerLimits{}, 1, [this](int32_t corr) {
+    return FileResponse(corr, {{0, 8 * kMiB}});
+  });
+  int fd = Connect(/*receive_buffer=*/64 << 10);
+  ASSERT_TRUE(Send(fd, Frame(1)));
+  usleep(200 * 1000);  // the server is now blocked part way into the slice
+  ASSERT_EQ(truncate(path_.c_str(), 1024), 0);
+  std::vector<uint8_t> got = ReadBytes(fd, 8 * kMiB + 64, 1 << 20);
+  EXPECT_LT(got.size(), 8 * kMiB);
+  EXPECT_TRUE(ClosedByPeer(fd));
+  close(fd);
+}
+
+TEST_F(KafkaServerTest, ACloseAnswerComesAfterTheResponsesBeforeIt) {
+  MakeFile(4 * kMiB);
+  auto make = [this](int32_t corr) {
+    return corr == 2 ? Response::Close() : FileResponse(corr, {{0, 4 * kMiB}});
+  };
+  StartServer(ServerLimits{}, /*batch=*/3, make);
+  int fd = Connect(/*receive_buffer=*/64 << 10);
+  SendFrames(fd, 1, 3);
+  usleep(100 * 1000);
+  std::vector<uint8_t> want = ExpectedFrame(make(1));
+  std::vector<uint8_t> got = ReadBytes(fd, want.size() + 1);  // + 1: nothing may follow
+  EXPECT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got == want);
+  close(fd);
+}
+
+TEST_F(KafkaServerTest, UnwrittenResponsesCountAgainstTheInFlightLimit) {
+  MakeFile(4 * kMiB);
+  ServerLimits limits;
+  limits.max_in_flight_per_connection = 4;
+  auto make = [this](int32_t corr) { return FileResponse(corr, {{0, 4 * kMiB}}); };
+  StartServer(limits, 1, make);
+  int fd = Connect(/*receive_buffer=*/64 << 10);
+  // One request at a time, so each is read on its own while the client reads nothing.
+  for (int32_t corr = 1; corr <= 20; ++corr) {
+    ASSERT_TRUE(Send(fd, Frame(corr)));
+    usleep(10 * 1000);
+  }
+  usleep(100 * 1000);
+  // At most four queued plus what the socket buffers hold (under 4 MiB: one response).
+  EXPECT_LE(dispatcher_->dispatched.load(), 6);
+  for (int32_t corr = 1; corr <= 20; ++corr) {
+    std::vector<uint8_t> want = ExpectedFrame(make(corr));
+    std::vector<uint8_t> got = ReadBytes(fd, want.size());
+    ASSERT_EQ(got.size(), want.size()) << corr;
+    ASSERT_TRUE(got == want) << corr;
+  }
+  EXPECT_EQ(dispatcher_->dispatched.load(), 20);
+  close(fd);
+}
+
+TEST_F(KafkaServerTest, InsertsOutOfOrderCloseTheConnection) {
+  MakeFile(4096);
+  StartServer(ServerLimits{}, 1, [this](int32_t corr) {
+    Response r = FileResponse(corr, {{0, 10}, {10, 10}, {20, 10}});
+    std::swap(r.inserts[0], r.inserts[2]);
+    return r;
+  });
+  int fd = Connect();
+  ASSERT_TRUE(Send(fd, Frame(1)));
+  EXPECT_TRUE(ClosedByPeer(fd));
+  close(fd);
 }
 
 }  // namespace
