@@ -14,8 +14,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
+#include <string>
 #include <vector>
 
+#include "common/protocol/error_code.h"
 #include "common/util/status.h"
 #include "controllerd/metadata_image.h"
 #include "controllerd/metadata_log.h"
@@ -83,6 +86,10 @@ class Controller {
   StatusOr<controller::RegisterBrokerResponse> RegisterBroker(
       const controller::RegisterBrokerRequest& request);
   StatusOr<controller::DescribeClusterResponse> DescribeCluster();
+  StatusOr<controller::CreatePartitionsResponse> CreatePartitions(
+      const controller::CreatePartitionsRequest& request);
+  StatusOr<controller::AlterConfigsResponse> AlterConfigs(
+      const controller::AlterConfigsRequest& request);
 
   // Starts a watch (see WatchRequest in controller.proto): the returned watcher already
   // holds the snapshot or the catch-up deltas and then gets every new batch.
@@ -110,6 +117,33 @@ class Controller {
   void Fail(const Status& why);
   UpdatePtr SnapshotUpdateLocked() const;
   std::vector<int32_t> UnfencedBrokersLocked() const;
+
+  // Replica placement shared by CreateTopics and CreatePartitions.
+  // Kafka's checks of one manually placed partition (`partition` names it in messages):
+  // "" when fine, else INVALID_REPLICA_ASSIGNMENT's message. `replica_count`, when set, is the
+  // replica count the other partitions have.
+  std::string ManualAssignmentErrorLocked(const std::vector<int32_t>& replicas, int32_t partition,
+                                          std::optional<size_t> replica_count) const;
+  // `partitions` partitions of `rf` replicas each, round-robin over `unfenced` from a random
+  // start; empty with INVALID_REPLICATION_FACTOR's message in `error` when it cannot be done.
+  std::vector<std::vector<int32_t>> PlaceReplicasLocked(int32_t partitions, int32_t rf,
+                                                        const std::vector<int32_t>& unfenced,
+                                                        std::string* error);
+  // PartitionRecords for `placement`, numbered from `first_partition`: every unfenced replica
+  // is in the ISR and the first of them leads.
+  void AddPartitionRecordsLocked(const std::string& topic_id, int32_t first_partition,
+                                 const std::vector<std::vector<int32_t>>& placement,
+                                 metadata::MetadataRecordBatch* batch) const;
+
+  // One AlterConfigs resource: its ConfigRecords appended to `records`, or the Kafka error
+  // (code, message) that refuses the whole resource.
+  struct ConfigError {
+    protocol::ErrorCode code;
+    std::string message;
+  };
+  std::optional<ConfigError> AlterResourceLocked(
+      const controller::AlterConfigsResource& resource, bool incremental,
+      std::vector<metadata::ConfigRecord>* records) const;
 
   const ControllerOptions options_;
   mutable std::mutex mu_;

@@ -60,6 +60,20 @@ grpc::Status ControllerServiceImpl::DescribeCluster(grpc::ServerContext*,
   return Guard("DescribeCluster", [&] { return Answer(controller_.DescribeCluster(), response); });
 }
 
+grpc::Status ControllerServiceImpl::CreatePartitions(
+    grpc::ServerContext*, const controller::CreatePartitionsRequest* request,
+    controller::CreatePartitionsResponse* response) {
+  return Guard("CreatePartitions",
+               [&] { return Answer(controller_.CreatePartitions(*request), response); });
+}
+
+grpc::Status ControllerServiceImpl::AlterConfigs(grpc::ServerContext*,
+                                                 const controller::AlterConfigsRequest* request,
+                                                 controller::AlterConfigsResponse* response) {
+  return Guard("AlterConfigs",
+               [&] { return Answer(controller_.AlterConfigs(*request), response); });
+}
+
 grpc::Status ControllerServiceImpl::WatchMetadata(
     grpc::ServerContext* context, const controller::WatchRequest* request,
     grpc::ServerWriter<controller::MetadataUpdate>* writer) {

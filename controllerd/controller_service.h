@@ -27,6 +27,12 @@ class ControllerServiceImpl final : public controller::ControllerService::Servic
   grpc::Status DescribeCluster(grpc::ServerContext* context,
                                const controller::DescribeClusterRequest* request,
                                controller::DescribeClusterResponse* response) override;
+  grpc::Status CreatePartitions(grpc::ServerContext* context,
+                                const controller::CreatePartitionsRequest* request,
+                                controller::CreatePartitionsResponse* response) override;
+  grpc::Status AlterConfigs(grpc::ServerContext* context,
+                            const controller::AlterConfigsRequest* request,
+                            controller::AlterConfigsResponse* response) override;
   grpc::Status WatchMetadata(grpc::ServerContext* context, const controller::WatchRequest* request,
                              grpc::ServerWriter<controller::MetadataUpdate>* writer) override;
 

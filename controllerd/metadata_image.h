@@ -40,6 +40,11 @@ class MetadataImage {
   const std::string& cluster_id() const { return cluster_id_; }
   const std::map<std::string, int32_t>& features() const { return features_; }
   const std::map<int32_t, metadata::RegisterBrokerRecord>& brokers() const { return brokers_; }
+  // Dynamic broker configs: resource name (a node id as text, "" = cluster default) -> key ->
+  // value; only resources with at least one key.
+  const std::map<std::string, std::map<std::string, std::string>>& broker_configs() const {
+    return broker_configs_;
+  }
   const std::map<std::string, Topic>& topics() const { return topics_; }
   const Topic* TopicByName(std::string_view name) const;
   const Topic* TopicById(std::string_view id) const;

@@ -112,6 +112,44 @@ TEST_F(ControllerServiceTest, KafkaErrorsComeInsideAnOkResponse) {
   EXPECT_EQ(dr.topics(1).error_code(), static_cast<int32_t>(ErrorCode::kUnknownTopicOrPartition));
 }
 
+TEST_F(ControllerServiceTest, CreatePartitionsAndAlterConfigsOverGrpc) {
+  RegisterBroker(1);
+  ASSERT_EQ(CreateTopic("grow", 1).topics(0).error_code(), 0);
+
+  controller::CreatePartitionsRequest grow;
+  auto* t = grow.add_topics();
+  t->set_name("grow");
+  t->set_count(3);
+  grow.add_topics()->set_name("never");
+  grow.mutable_topics(1)->set_count(2);
+  controller::CreatePartitionsResponse gr;
+  ASSERT_TRUE(stub_->CreatePartitions(Ctx().get(), grow, &gr).ok());
+  ASSERT_EQ(gr.topics_size(), 2);
+  EXPECT_EQ(gr.topics(0).error_code(), 0);
+  EXPECT_EQ(gr.topics(1).error_code(), static_cast<int32_t>(ErrorCode::kUnknownTopicOrPartition));
+  EXPECT_EQ(gr.metadata_offset(), controller_->Image().offset());
+  EXPECT_EQ(controller_->Image().TopicByName("grow")->partitions.size(), 3u);
+
+  controller::AlterConfigsRequest alter;
+  alter.set_incremental(true);
+  auto* r = alter.add_resources();
+  r->set_resource_type(2);
+  r->set_resource_name("grow");
+  auto* c = r->add_configs();
+  c->set_name("retention.ms");
+  c->set_operation(0);
+  c->set_value("soon");
+  controller::AlterConfigsResponse ar;
+  ASSERT_TRUE(stub_->AlterConfigs(Ctx().get(), alter, &ar).ok());
+  ASSERT_EQ(ar.results_size(), 1);
+  EXPECT_EQ(ar.results(0).error_code(), static_cast<int32_t>(ErrorCode::kInvalidConfig));
+  EXPECT_NE(ar.results(0).error_message().find("retention.ms"), std::string::npos);
+  c->set_value("60000");
+  ASSERT_TRUE(stub_->AlterConfigs(Ctx().get(), alter, &ar).ok());
+  EXPECT_EQ(ar.results(0).error_code(), 0) << ar.results(0).error_message();
+  EXPECT_EQ(controller_->Image().TopicByName("grow")->configs.at("retention.ms"), "60000");
+}
+
 TEST_F(ControllerServiceTest, WatchDeliversImageThenEveryDeltaInOrder) {
   RegisterBroker(1);
   grpc::ClientContext ctx;

@@ -656,5 +656,436 @@ TEST_F(ControllerTest, LogWriteFailureIsFatalAndRecoveredByRestart) {
   EXPECT_EQ(Create(*c, Topic("after", 1, 1)).error_code(), kNone);
 }
 
+// ---- CreatePartitions -------------------------------------------------------------------
+
+controller::CreatePartitionsTopic Grow(
+    const std::string& name, int32_t count,
+    std::optional<std::vector<std::vector<int32_t>>> manual = std::nullopt) {
+  controller::CreatePartitionsTopic t;
+  t.set_name(name);
+  t.set_count(count);
+  if (manual) {
+    t.set_manual(true);
+    for (const auto& replicas : *manual) {
+      auto* a = t.add_assignments();
+      for (int32_t b : replicas) a->add_broker_ids(b);
+    }
+  }
+  return t;
+}
+
+controller::CreatePartitionsResponse GrowAll(Controller& c,
+                                             std::vector<controller::CreatePartitionsTopic> ts,
+                                             bool validate_only = false) {
+  controller::CreatePartitionsRequest req;
+  for (auto& t : ts) *req.add_topics() = std::move(t);
+  req.set_validate_only(validate_only);
+  auto resp = c.CreatePartitions(req);
+  EXPECT_TRUE(resp.ok()) << resp.status();
+  return resp.ok() ? *resp : controller::CreatePartitionsResponse();
+}
+
+void ExpectGrowError(const controller::CreatePartitionsTopicResult& r, ErrorCode code,
+                     std::optional<std::string> message) {
+  EXPECT_EQ(r.error_code(), Code(code)) << r.name() << ": " << r.error_message();
+  EXPECT_EQ(r.has_error_message(), message.has_value()) << r.name();
+  if (message) {
+    EXPECT_EQ(r.error_message(), *message) << r.name();
+  }
+}
+
+TEST_F(ControllerTest, CreatePartitionsAddsPlacedPartitions) {
+  auto c = Open();
+  for (int id : {1, 2, 3}) Register(*c, id);
+  ASSERT_EQ(Create(*c, Topic("grow", 2, 2)).error_code(), kNone);
+  const std::string id = c->Image().TopicByName("grow")->id;
+
+  auto resp = GrowAll(*c, {Grow("grow", 5)});
+  ASSERT_EQ(resp.topics_size(), 1);
+  EXPECT_EQ(resp.topics(0).name(), "grow");
+  EXPECT_EQ(resp.topics(0).error_code(), kNone) << resp.topics(0).error_message();
+  EXPECT_FALSE(resp.topics(0).has_error_message());
+  EXPECT_EQ(resp.metadata_offset(), c->Image().offset());
+
+  MetadataImage image = c->Image();
+  const auto* t = image.TopicByName("grow");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->id, id) << "same topic, not a new one";
+  ASSERT_EQ(t->partitions.size(), 5u);
+  for (int32_t p = 0; p < 5; ++p) {
+    const auto& part = t->partitions.at(p);
+    EXPECT_EQ(part.partition_id(), p);
+    ASSERT_EQ(part.replicas_size(), 2) << "the topic's replication factor";
+    EXPECT_NE(part.replicas(0), part.replicas(1));
+    EXPECT_EQ(part.isr_size(), 2);
+    EXPECT_EQ(part.leader(), part.replicas(0));
+  }
+
+  // Manual placement of the new ones, honoured as given.
+  resp = GrowAll(*c, {Grow("grow", 7, std::vector<std::vector<int32_t>>{{3, 1}, {2, 3}})});
+  ASSERT_EQ(resp.topics(0).error_code(), kNone) << resp.topics(0).error_message();
+  image = c->Image();
+  t = image.TopicByName("grow");
+  ASSERT_EQ(t->partitions.size(), 7u);
+  EXPECT_EQ(t->partitions.at(5).replicas(0), 3);
+  EXPECT_EQ(t->partitions.at(5).replicas(1), 1);
+  EXPECT_EQ(t->partitions.at(5).leader(), 3);
+  EXPECT_EQ(t->partitions.at(6).replicas(0), 2);
+
+  // Survives a restart.
+  c.reset();
+  c = Open();
+  EXPECT_EQ(c->Image().TopicByName("grow")->partitions.size(), 7u);
+}
+
+TEST_F(ControllerTest, CreatePartitionsErrors) {
+  auto c = Open();
+  for (int id : {1, 2}) Register(*c, id);
+  ASSERT_EQ(Create(*c, Topic("four", 4, 2)).error_code(), kNone);
+  ASSERT_EQ(Create(*c, Topic("two", 2, 1)).error_code(), kNone);
+  const int64_t before = c->Image().offset();
+
+  auto resp = GrowAll(*c, {Grow("four", 4), Grow("four-less", 1), Grow("nope", 3)});
+  ExpectGrowError(resp.topics(0), ErrorCode::kInvalidPartitions,
+                  "Topic already has 4 partition(s).");
+  ExpectGrowError(resp.topics(2), ErrorCode::kUnknownTopicOrPartition, std::nullopt);
+  resp = GrowAll(*c, {Grow("four", 3)});
+  ExpectGrowError(resp.topics(0), ErrorCode::kInvalidPartitions,
+                  "The topic four currently has 4 partition(s); 3 would not be an increase.");
+  resp = GrowAll(*c, {Grow("two", 3), Grow("two", 4)});
+  ExpectGrowError(resp.topics(0), ErrorCode::kInvalidRequest, "Duplicate topic name.");
+  ExpectGrowError(resp.topics(1), ErrorCode::kInvalidRequest, "Duplicate topic name.");
+  resp = GrowAll(*c, {Grow("two", 200000)});
+  ExpectGrowError(resp.topics(0), ErrorCode::kInvalidPartitions,
+                  "Number of partitions 200000 is more than the 100000 a topic may have.");
+
+  using Manual = std::vector<std::vector<int32_t>>;
+  resp = GrowAll(*c, {Grow("four", 6, Manual{{1, 2}})});
+  ExpectGrowError(resp.topics(0), ErrorCode::kInvalidReplicaAssignment,
+                  "Attempted to add 2 additional partition(s), but only 1 assignment(s) were "
+                  "specified.");
+  resp = GrowAll(*c, {Grow("four", 5, Manual{})});
+  ExpectGrowError(resp.topics(0), ErrorCode::kInvalidReplicaAssignment,
+                  "Attempted to add 1 additional partition(s), but only 0 assignment(s) were "
+                  "specified.");
+  resp = GrowAll(*c, {Grow("four", 5, Manual{{1}})});
+  ExpectGrowError(resp.topics(0), ErrorCode::kInvalidReplicaAssignment,
+                  "The manual partition assignment includes a partition with 1 replica(s), but "
+                  "this is not consistent with previous partitions, which have 2 replica(s).");
+  resp = GrowAll(*c, {Grow("four", 5, Manual{{1, 7}})});
+  ExpectGrowError(resp.topics(0), ErrorCode::kInvalidReplicaAssignment,
+                  "The manual partition assignment includes broker 7, but no such broker is "
+                  "registered.");
+  resp = GrowAll(*c, {Grow("four", 5, Manual{{2, 2}})});
+  ExpectGrowError(resp.topics(0), ErrorCode::kInvalidReplicaAssignment,
+                  "The manual partition assignment includes the broker 2 more than once.");
+  resp = GrowAll(*c, {Grow("four", 5, Manual{{}})});
+  ExpectGrowError(resp.topics(0), ErrorCode::kInvalidReplicaAssignment,
+                  "The manual partition assignment includes an empty replica list.");
+
+  EXPECT_EQ(c->Image().offset(), before) << "no error writes anything";
+  EXPECT_EQ(resp.metadata_offset(), -1);
+  EXPECT_EQ(c->Image().TopicByName("four")->partitions.size(), 4u);
+
+  // A deleted topic is gone at once: UNKNOWN_TOPIC_OR_PARTITION.
+  controller::DeleteTopicsRequest del;
+  del.add_topics()->set_name("two");
+  ASSERT_EQ(c->DeleteTopics(del)->topics(0).error_code(), kNone);
+  ExpectGrowError(GrowAll(*c, {Grow("two", 3)}).topics(0), ErrorCode::kUnknownTopicOrPartition,
+                  std::nullopt);
+}
+
+TEST_F(ControllerTest, CreatePartitionsValidateOnlyWritesNothing) {
+  auto c = Open();
+  Register(*c, 1);
+  ASSERT_EQ(Create(*c, Topic("dry", 1, 1)).error_code(), kNone);
+  const int64_t before = c->Image().offset();
+  auto resp = GrowAll(*c, {Grow("dry", 8), Grow("dry-missing", 2)}, /*validate_only=*/true);
+  EXPECT_EQ(resp.topics(0).error_code(), kNone);
+  EXPECT_EQ(resp.topics(1).error_code(), Code(ErrorCode::kUnknownTopicOrPartition));
+  EXPECT_EQ(resp.metadata_offset(), -1);
+  EXPECT_EQ(c->Image().offset(), before);
+  EXPECT_EQ(c->Image().TopicByName("dry")->partitions.size(), 1u);
+}
+
+// ---- AlterConfigs -----------------------------------------------------------------------
+
+constexpr int32_t kTopicType = 2;
+constexpr int32_t kBrokerType = 4;
+constexpr int32_t kSet = 0, kDelete = 1, kAppend = 2, kSubtract = 3;
+
+struct Op {
+  std::string name;
+  int32_t op;
+  std::optional<std::string> value;
+};
+
+controller::AlterConfigsResource Resource(int32_t type, const std::string& name,
+                                          std::vector<Op> ops) {
+  controller::AlterConfigsResource r;
+  r.set_resource_type(type);
+  r.set_resource_name(name);
+  for (const Op& o : ops) {
+    auto* c = r.add_configs();
+    c->set_name(o.name);
+    c->set_operation(o.op);
+    if (o.value) c->set_value(*o.value);
+  }
+  return r;
+}
+
+controller::AlterConfigsResponse Alter(Controller& c,
+                                       std::vector<controller::AlterConfigsResource> resources,
+                                       bool incremental = true, bool validate_only = false) {
+  controller::AlterConfigsRequest req;
+  for (auto& r : resources) *req.add_resources() = std::move(r);
+  req.set_incremental(incremental);
+  req.set_validate_only(validate_only);
+  auto resp = c.AlterConfigs(req);
+  EXPECT_TRUE(resp.ok()) << resp.status();
+  return resp.ok() ? *resp : controller::AlterConfigsResponse();
+}
+
+// The one result of altering `resource` alone.
+controller::AlterConfigsResult AlterOne(Controller& c, controller::AlterConfigsResource resource,
+                                        bool incremental = true) {
+  auto resp = Alter(c, {std::move(resource)}, incremental);
+  EXPECT_EQ(resp.results_size(), 1);
+  return resp.results_size() == 1 ? resp.results(0) : controller::AlterConfigsResult();
+}
+
+void ExpectAlterError(const controller::AlterConfigsResult& r, ErrorCode code,
+                      const std::string& message) {
+  EXPECT_EQ(r.error_code(), Code(code)) << r.resource_name() << ": " << r.error_message();
+  EXPECT_EQ(r.error_message(), message) << r.resource_name();
+}
+
+using Configs = std::map<std::string, std::string>;
+
+TEST_F(ControllerTest, IncrementalAlterConfigsOfATopic) {
+  auto c = Open();
+  Register(*c, 1);
+  ASSERT_EQ(Create(*c, Topic("t", 1, 1)).error_code(), kNone);
+
+  auto r =
+      AlterOne(*c, Resource(kTopicType, "t",
+                            {{"retention.ms", kSet, "1000"}, {"segment.bytes", kSet, "16384"}}));
+  EXPECT_EQ(r.error_code(), kNone) << r.error_message();
+  EXPECT_FALSE(r.has_error_message());
+  EXPECT_EQ(r.resource_type(), kTopicType);
+  EXPECT_EQ(r.resource_name(), "t");
+  EXPECT_EQ(c->Image().TopicByName("t")->configs,
+            (Configs{{"retention.ms", "1000"}, {"segment.bytes", "16384"}}));
+
+  // DELETE returns a key to its default; SET of another keeps the rest.
+  r = AlterOne(*c, Resource(kTopicType, "t",
+                            {{"retention.ms", kDelete, std::nullopt},
+                             {"max.message.bytes", kSet, "2000000"}}));
+  EXPECT_EQ(r.error_code(), kNone) << r.error_message();
+  EXPECT_EQ(c->Image().TopicByName("t")->configs,
+            (Configs{{"max.message.bytes", "2000000"}, {"segment.bytes", "16384"}}));
+
+  // APPEND / SUBTRACT on a list start from the default (delete) when not set.
+  r = AlterOne(*c, Resource(kTopicType, "t", {{"cleanup.policy", kAppend, "compact"}}));
+  EXPECT_EQ(r.error_code(), kNone) << r.error_message();
+  EXPECT_EQ(c->Image().TopicByName("t")->configs.at("cleanup.policy"), "delete,compact");
+  r = AlterOne(*c, Resource(kTopicType, "t", {{"cleanup.policy", kAppend, "compact"}}));
+  EXPECT_EQ(c->Image().TopicByName("t")->configs.at("cleanup.policy"), "delete,compact")
+      << "an item already there is not added twice";
+  r = AlterOne(*c, Resource(kTopicType, "t", {{"cleanup.policy", kSubtract, "delete"}}));
+  EXPECT_EQ(r.error_code(), kNone) << r.error_message();
+  EXPECT_EQ(c->Image().TopicByName("t")->configs.at("cleanup.policy"), "compact");
+  ExpectAlterError(AlterOne(*c, Resource(kTopicType, "t", {{"retention.ms", kAppend, "5"}})),
+                   ErrorCode::kInvalidConfig,
+                   "Can't APPEND to key retention.ms because its type is not LIST.");
+  ExpectAlterError(AlterOne(*c, Resource(kTopicType, "t", {{"retention.ms", kSubtract, "5"}})),
+                   ErrorCode::kInvalidConfig,
+                   "Can't SUBTRACT to key retention.ms because its type is not LIST.");
+
+  // Unchanged values write nothing.
+  const int64_t offset = c->Image().offset();
+  auto resp = Alter(*c, {Resource(kTopicType, "t", {{"segment.bytes", kSet, "16384"}})});
+  EXPECT_EQ(resp.results(0).error_code(), kNone);
+  EXPECT_EQ(resp.metadata_offset(), -1);
+  EXPECT_EQ(c->Image().offset(), offset);
+}
+
+TEST_F(ControllerTest, LegacyAlterConfigsReplacesTheWholeSet) {
+  auto c = Open();
+  Register(*c, 1);
+  controller::CreatableTopic t = Topic("legacy", 1, 1);
+  for (auto [k, v] : Configs{{"retention.ms", "5"}, {"cleanup.policy", "compact"}}) {
+    auto* conf = t.add_configs();
+    conf->set_name(k);
+    conf->set_value(v);
+  }
+  ASSERT_EQ(Create(*c, t).error_code(), kNone);
+  auto resp = Alter(*c, {Resource(kTopicType, "legacy", {{"segment.ms", kSet, "60000"}})},
+                    /*incremental=*/false);
+  ASSERT_EQ(resp.results(0).error_code(), kNone) << resp.results(0).error_message();
+  EXPECT_EQ(resp.metadata_offset(), c->Image().offset());
+  EXPECT_EQ(c->Image().TopicByName("legacy")->configs, (Configs{{"segment.ms", "60000"}}));
+  // An empty set clears everything.
+  ASSERT_EQ(AlterOne(*c, Resource(kTopicType, "legacy", {}), false).error_code(), kNone);
+  EXPECT_TRUE(c->Image().TopicByName("legacy")->configs.empty());
+}
+
+TEST_F(ControllerTest, AlterConfigsTopicErrors) {
+  auto c = Open();
+  Register(*c, 1);
+  ASSERT_EQ(Create(*c, Topic("t", 1, 1)).error_code(), kNone);
+  const int64_t before = c->Image().offset();
+
+  ExpectAlterError(AlterOne(*c, Resource(kTopicType, "t", {{"retention.ms", kSet, "soon"}})),
+                   ErrorCode::kInvalidConfig,
+                   "Invalid value soon for configuration retention.ms: not a whole number "
+                   "(expected long)");
+  ExpectAlterError(AlterOne(*c, Resource(kTopicType, "t", {{"retention.mss", kSet, "1"}})),
+                   ErrorCode::kInvalidConfig, "Unknown topic config name: retention.mss");
+  // A resource fails whole: the good key next to the bad one is not written either.
+  ExpectAlterError(
+      AlterOne(*c, Resource(kTopicType, "t",
+                            {{"retention.ms", kSet, "1000"}, {"segment.bytes", kSet, "1"}})),
+      ErrorCode::kInvalidConfig,
+      "Invalid value 1 for configuration segment.bytes: must be between 14 and "
+      "2147483647");
+  ExpectAlterError(AlterOne(*c, Resource(kTopicType, "nope", {{"retention.ms", kSet, "1"}})),
+                   ErrorCode::kUnknownTopicOrPartition, "The topic 'nope' does not exist.");
+  ExpectAlterError(AlterOne(*c, Resource(kTopicType, "", {{"retention.ms", kSet, "1"}})),
+                   ErrorCode::kInvalidRequest, "Default topic resources are not allowed.");
+  EXPECT_EQ(
+      AlterOne(*c, Resource(kTopicType, "bad name", {{"retention.ms", kSet, "1"}})).error_code(),
+      Code(ErrorCode::kInvalidTopicException));
+  ExpectAlterError(
+      AlterOne(*c, Resource(kTopicType, "t",
+                            {{"retention.ms", kSet, "1"}, {"retention.ms", kSet, "2"}})),
+      ErrorCode::kInvalidRequest, "Error due to duplicate config keys");
+  ExpectAlterError(AlterOne(*c, Resource(kTopicType, "t",
+                                         {{"retention.ms", kSet, std::nullopt},
+                                          {"segment.ms", kAppend, std::nullopt}})),
+                   ErrorCode::kInvalidRequest,
+                   "Null value not supported for : retention.ms, segment.ms");
+  ExpectAlterError(
+      AlterOne(*c, Resource(kTopicType, "t", {{"retention.ms", kSet, std::nullopt}}), false),
+      ErrorCode::kInvalidRequest, "Null value not supported for : retention.ms");
+  ExpectAlterError(AlterOne(*c, Resource(kTopicType, "t", {{"retention.ms", 7, "1"}})),
+                   ErrorCode::kInvalidRequest, "Unknown operations type 7");
+  ExpectAlterError(AlterOne(*c, Resource(8, "1", {{"kafka", kSet, "DEBUG"}})),
+                   ErrorCode::kInvalidRequest, "Unknown resource type 8");
+  auto resp = Alter(*c, {Resource(kTopicType, "t", {{"retention.ms", kSet, "1"}}),
+                         Resource(kTopicType, "t", {{"segment.ms", kSet, "1"}})});
+  ExpectAlterError(resp.results(0), ErrorCode::kInvalidRequest,
+                   "Each resource must appear at most once.");
+  ExpectAlterError(resp.results(1), ErrorCode::kInvalidRequest,
+                   "Each resource must appear at most once.");
+
+  EXPECT_EQ(c->Image().offset(), before);
+  EXPECT_TRUE(c->Image().TopicByName("t")->configs.empty());
+}
+
+TEST_F(ControllerTest, AlterConfigsOfBrokers) {
+  auto c = Open();
+  Register(*c, 1);
+  // Cluster-wide default and one broker's own value, in one request.
+  auto resp = Alter(
+      *c,
+      {Resource(kBrokerType, "",
+                {{"log.retention.ms", kSet, "3600000"}, {"log.cleanup.policy", kSet, "compact"}}),
+       Resource(kBrokerType, "1", {{"log.segment.bytes", kSet, "1048576"}})});
+  ASSERT_EQ(resp.results_size(), 2);
+  EXPECT_EQ(resp.results(0).error_code(), kNone) << resp.results(0).error_message();
+  EXPECT_EQ(resp.results(1).error_code(), kNone) << resp.results(1).error_message();
+  EXPECT_EQ(resp.metadata_offset(), c->Image().offset());
+  EXPECT_EQ(c->Image().broker_configs().at(""),
+            (Configs{{"log.cleanup.policy", "compact"}, {"log.retention.ms", "3600000"}}));
+  EXPECT_EQ(c->Image().broker_configs().at("1"), (Configs{{"log.segment.bytes", "1048576"}}));
+
+  auto r = AlterOne(*c, Resource(kBrokerType, "", {{"log.cleanup.policy", kAppend, "delete"}}));
+  EXPECT_EQ(r.error_code(), kNone) << r.error_message();
+  EXPECT_EQ(c->Image().broker_configs().at("").at("log.cleanup.policy"), "compact,delete");
+
+  // Deleting the last key of a resource removes the resource.
+  r = AlterOne(*c, Resource(kBrokerType, "1", {{"log.segment.bytes", kDelete, std::nullopt}}));
+  EXPECT_EQ(r.error_code(), kNone) << r.error_message();
+  EXPECT_EQ(c->Image().broker_configs().count("1"), 0u);
+
+  // Kafka's answers for keys that cannot change at runtime and for bad values.
+  const int64_t before = c->Image().offset();
+  ExpectAlterError(AlterOne(*c, Resource(kBrokerType, "1",
+                                         {{"log.dirs", kSet, "/x"},
+                                          {"node.id", kSet, "3"},
+                                          {"log.retention.ms", kSet, "5"}})),
+                   ErrorCode::kInvalidRequest,
+                   "Cannot update these configs dynamically: Set(log.dirs, node.id)");
+  ExpectAlterError(AlterOne(*c, Resource(kBrokerType, "", {{"no.such.key", kSet, "1"}})),
+                   ErrorCode::kInvalidRequest,
+                   "Cannot update these configs dynamically: Set(no.such.key)");
+  ExpectAlterError(AlterOne(*c, Resource(kBrokerType, "", {{"log.retention.ms", kSet, "soon"}})),
+                   ErrorCode::kInvalidRequest,
+                   "Invalid value soon for configuration log.retention.ms: not a whole number "
+                   "(expected long)");
+  ExpectAlterError(AlterOne(*c, Resource(kBrokerType, "", {{"log.retention.ms", kAppend, "1"}})),
+                   ErrorCode::kInvalidConfig,
+                   "Can't APPEND to key log.retention.ms because its type is not LIST.");
+  ExpectAlterError(AlterOne(*c, Resource(kBrokerType, "9", {{"log.retention.ms", kSet, "1"}})),
+                   ErrorCode::kBrokerIdNotRegistered, "No node with id 9 found.");
+  ExpectAlterError(AlterOne(*c, Resource(kBrokerType, "one", {{"log.retention.ms", kSet, "1"}})),
+                   ErrorCode::kInvalidRequest, "Unable to parse broker name as a base 10 number.");
+  ExpectAlterError(AlterOne(*c, Resource(kBrokerType, "-2", {{"log.retention.ms", kSet, "1"}})),
+                   ErrorCode::kInvalidRequest, "Invalid negative broker ID.");
+  EXPECT_EQ(c->Image().offset(), before);
+
+  // Legacy AlterConfigs replaces a broker resource's set too.
+  r = AlterOne(*c, Resource(kBrokerType, "", {{"log.retention.hours", kSet, "2"}}), false);
+  EXPECT_EQ(r.error_code(), kNone) << r.error_message();
+  EXPECT_EQ(c->Image().broker_configs().at(""), (Configs{{"log.retention.hours", "2"}}));
+
+  // Restart keeps them (log replay), and so does a snapshot (ToRecords).
+  MetadataImage live = c->Image();
+  c.reset();
+  c = Open();
+  EXPECT_TRUE(c->Image() == live);
+  MetadataImage loaded;
+  ASSERT_TRUE(loaded.Load(live.offset(), live.ToRecords()).ok());
+  EXPECT_EQ(loaded.broker_configs(), live.broker_configs());
+}
+
+TEST_F(ControllerTest, AlterConfigsValidateOnlyWritesNothing) {
+  auto c = Open();
+  Register(*c, 1);
+  ASSERT_EQ(Create(*c, Topic("t", 1, 1)).error_code(), kNone);
+  const int64_t before = c->Image().offset();
+  auto resp = Alter(*c,
+                    {Resource(kTopicType, "t", {{"retention.ms", kSet, "1"}}),
+                     Resource(kBrokerType, "", {{"log.retention.ms", kSet, "1"}}),
+                     Resource(kTopicType, "missing", {{"retention.ms", kSet, "1"}})},
+                    /*incremental=*/true, /*validate_only=*/true);
+  EXPECT_EQ(resp.results(0).error_code(), kNone);
+  EXPECT_EQ(resp.results(1).error_code(), kNone);
+  EXPECT_EQ(resp.results(2).error_code(), Code(ErrorCode::kUnknownTopicOrPartition));
+  EXPECT_EQ(resp.metadata_offset(), -1);
+  EXPECT_EQ(c->Image().offset(), before);
+  EXPECT_TRUE(c->Image().TopicByName("t")->configs.empty());
+  EXPECT_TRUE(c->Image().broker_configs().empty());
+}
+
+TEST_F(ControllerTest, WatcherSeesConfigChanges) {
+  auto c = Open();
+  Register(*c, 1);
+  auto w = c->Watch(0);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->Next(std::chrono::milliseconds(0)).ok());  // the image
+  ASSERT_EQ(AlterOne(*c, Resource(kBrokerType, "", {{"log.retention.ms", kSet, "7"}})).error_code(),
+            kNone);
+  auto update = (*w)->Next(std::chrono::milliseconds(0));
+  ASSERT_TRUE(update.ok() && *update);
+  ASSERT_EQ((*update)->records_size(), 1);
+  const auto& rec = (*update)->records(0).config();
+  EXPECT_EQ(rec.resource_type(), metadata::CONFIG_RESOURCE_BROKER);
+  EXPECT_EQ(rec.resource_name(), "");
+  EXPECT_EQ(rec.name(), "log.retention.ms");
+  EXPECT_EQ(rec.value(), "7");
+}
+
 }  // namespace
 }  // namespace runnel::controllerd
