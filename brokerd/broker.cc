@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "brokerd/topic_configs.h"
 #include "common/config/listeners.h"
 #include "common/grpc/unix_server.h"
 #include "common/log/log.h"
@@ -58,25 +59,39 @@ Broker::Broker(const config::Config& config)
     : config_(config),
       node_id_(config.GetInt("node.id")),
       controller_(loop_, grpcutil::SocketPath(config.GetString("runnel.run.dir"), "controllerd")),
-      context_{loop_, config_, metadata_, controller_, node_id_},
+      storage_(loop_, grpcutil::SocketPath(config.GetString("runnel.run.dir"), "storaged")),
+      appends_(loop_, storage_),
+      context_{loop_, config_, metadata_, controller_, node_id_, storage_, partitions_, appends_},
+      reconciler_(loop_, metadata_, partitions_, storage_, node_id_,
+                  [this](const MetadataCache& cache, const TopicInfo& topic) {
+                    return StorageConfigsFor(cache, topic);
+                  }),
       dispatcher_(context_),
       server_(loop_, dispatcher_,
               ServerLimits{config.GetInt("socket.request.max.bytes"),
                            config.GetInt("max.connections"),
                            config.GetInt("max.connections.per.ip")}),
-      admin_(loop_, metadata_, server_, node_id_) {}
+      admin_(loop_, metadata_, server_, node_id_) {
+  metadata_.set_local_node_id(node_id_);
+}
 
 Broker::~Broker() {
   // Also after a failed Start(): close every handle before the members they point into go.
   StopLoop();
   loop_.Run();
   controller_.Stop();
+  storage_.Stop();
+  storage_.Stop();
   if (grpc_server_) grpc_server_->Shutdown(std::chrono::system_clock::now());
 }
 
 void Broker::StopLoop() {
   loop_.Stop([this] {
     if (grpc_server_) grpcutil::SetServing(*grpc_server_, false);
+    // Long polls answer now (their connections are closing anyway) and close their timers.
+    auto pending = std::move(context_.cancel_on_stop);
+    context_.cancel_on_stop.clear();
+    for (auto& [id, cancel] : pending) cancel();
     server_.Close();
     // Close what else is open (signal handlers, pending timers) so the loop can end.
     uv_walk(
@@ -136,6 +151,18 @@ Status Broker::Start() {
   std::string socket = grpcutil::SocketPath(config_.GetString("runnel.run.dir"), "brokerd");
   RUNNEL_ASSIGN_OR_RETURN(grpc_server_, grpcutil::StartUnixServer(socket, {&admin_}));
   grpcutil::SetServing(*grpc_server_, false);
+  partitions_.OnEveryChange([this] { reconciler_.Kick(); });
+  storage_.StartWatch(
+      [this](const storage::PartitionChange& change, bool snapshot) {
+        if (snapshot) {
+          Log()->info("storaged holds {} partition(s)", change.partitions_size());
+        }
+        partitions_.Apply(change, snapshot);
+      },
+      [this] {
+        Log()->warn("lost storaged's partition stream; partitions unavailable until it is back");
+        partitions_.MarkLost();
+      });
   controller_.StartWatch(
       [this](const runnel::controller::MetadataUpdate& update) { OnMetadata(update); });
   return absl::OkStatus();
@@ -158,6 +185,7 @@ void Broker::OnMetadata(const runnel::controller::MetadataUpdate& update) {
     grpcutil::SetServing(*grpc_server_, true);
     dispatcher_.Release();
   }
+  reconciler_.Kick();
 }
 
 int Broker::Run() {
@@ -173,6 +201,7 @@ int Broker::Run() {
   uv_signal_start(&sigint_, on_signal, SIGINT);
   loop_.Run();
   controller_.Stop();
+  storage_.Stop();
   grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   Log()->info("stopped");
   return 0;

@@ -13,11 +13,15 @@
 #include <grpcpp/grpcpp.h>
 
 #include "brokerd/admin_service.h"
+#include "brokerd/append_batcher.h"
 #include "brokerd/controller_client.h"
 #include "brokerd/handlers/handler.h"
 #include "brokerd/metadata_cache.h"
 #include "brokerd/net/event_loop.h"
 #include "brokerd/net/kafka_server.h"
+#include "brokerd/partition_states.h"
+#include "brokerd/storage_client.h"
+#include "brokerd/storage_reconciler.h"
 #include "common/config/config.h"
 
 namespace runnel::brokerd {
@@ -58,7 +62,11 @@ class Broker {
   EventLoop loop_;
   MetadataCache metadata_;
   ControllerClient controller_;
+  StorageClient storage_;
+  PartitionStates partitions_;
+  AppendBatcher appends_;
   BrokerContext context_;
+  StorageReconciler reconciler_;
   Dispatcher dispatcher_;
   KafkaServer server_;
   BrokerAdminImpl admin_;

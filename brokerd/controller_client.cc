@@ -61,6 +61,20 @@ void ControllerClient::DescribeCluster(std::chrono::milliseconds timeout,
                     runnel::controller::DescribeClusterRequest(), timeout, done);
 }
 
+void ControllerClient::CreatePartitions(const runnel::controller::CreatePartitionsRequest& req,
+                                        std::chrono::milliseconds timeout,
+                                        Done<runnel::controller::CreatePartitionsResponse> done) {
+  RUNNEL_ASYNC_CALL(CreatePartitions, runnel::controller::CreatePartitionsRequest,
+                    runnel::controller::CreatePartitionsResponse, req, timeout, done);
+}
+
+void ControllerClient::AlterConfigs(const runnel::controller::AlterConfigsRequest& req,
+                                    std::chrono::milliseconds timeout,
+                                    Done<runnel::controller::AlterConfigsResponse> done) {
+  RUNNEL_ASYNC_CALL(AlterConfigs, runnel::controller::AlterConfigsRequest,
+                    runnel::controller::AlterConfigsResponse, req, timeout, done);
+}
+
 #undef RUNNEL_ASYNC_CALL
 
 grpc::Status ControllerClient::RegisterBrokerBlocking(

@@ -38,6 +38,12 @@ class ControllerClient {
                     Done<runnel::controller::DeleteTopicsResponse> done);
   void DescribeCluster(std::chrono::milliseconds timeout,
                        Done<runnel::controller::DescribeClusterResponse> done);
+  void CreatePartitions(const runnel::controller::CreatePartitionsRequest& req,
+                        std::chrono::milliseconds timeout,
+                        Done<runnel::controller::CreatePartitionsResponse> done);
+  void AlterConfigs(const runnel::controller::AlterConfigsRequest& req,
+                    std::chrono::milliseconds timeout,
+                    Done<runnel::controller::AlterConfigsResponse> done);
 
   // Blocking, for start-up only (not on the loop): registers this broker, retrying while
   // the controller is unreachable, until `deadline`.

@@ -7,6 +7,7 @@ bool MetadataCache::Apply(const runnel::controller::MetadataUpdate& update) {
     topics_.clear();
     name_by_id_.clear();
     brokers_.clear();
+    broker_configs_.clear();
     cluster_id_.clear();
   } else if (!ready_ || update.offset() != offset_ + 1) {
     return false;
@@ -67,13 +68,23 @@ void MetadataCache::ApplyRecord(const runnel::metadata::MetadataRecord& record) 
     }
     case R::kConfig: {
       const auto& r = record.config();
-      if (r.resource_type() != runnel::metadata::CONFIG_RESOURCE_TOPIC) break;
-      auto it = topics_.find(r.resource_name());
-      if (it == topics_.end()) break;
-      if (r.has_value()) {
-        it->second.configs[r.name()] = r.value();
+      std::map<std::string, std::string>* configs = nullptr;
+      if (r.resource_type() == runnel::metadata::CONFIG_RESOURCE_TOPIC) {
+        auto it = topics_.find(r.resource_name());
+        if (it == topics_.end()) break;
+        configs = &it->second.configs;
+      } else if (r.resource_type() == runnel::metadata::CONFIG_RESOURCE_BROKER) {
+        configs = &broker_configs_[r.resource_name()];
       } else {
-        it->second.configs.erase(r.name());
+        break;
+      }
+      if (r.has_value()) {
+        (*configs)[r.name()] = r.value();
+      } else {
+        configs->erase(r.name());
+      }
+      if (r.resource_type() == runnel::metadata::CONFIG_RESOURCE_BROKER && configs->empty()) {
+        broker_configs_.erase(r.resource_name());
       }
       break;
     }
@@ -85,6 +96,13 @@ void MetadataCache::ApplyRecord(const runnel::metadata::MetadataRecord& record) 
 const TopicInfo* MetadataCache::FindTopic(const std::string& name) const {
   auto it = topics_.find(name);
   return it == topics_.end() ? nullptr : &it->second;
+}
+
+const std::map<std::string, std::string>& MetadataCache::BrokerConfigs(
+    const std::string& resource) const {
+  static const std::map<std::string, std::string> kNone;
+  auto it = broker_configs_.find(resource);
+  return it == broker_configs_.end() ? kNone : it->second;
 }
 
 const TopicInfo* MetadataCache::FindTopicById(const protocol::Uuid& id) const {

@@ -56,6 +56,18 @@ class MetadataCache {
   const TopicInfo* FindTopicById(const protocol::Uuid& id) const;
   const std::map<std::string, TopicInfo>& topics() const { return topics_; }
   const std::map<int32_t, BrokerInfo>& brokers() const { return brokers_; }
+  // Dynamic broker configs (AlterConfigs on a broker resource) by resource name: a node id as
+  // text, or "" for the cluster-wide default.
+  const std::map<std::string, std::map<std::string, std::string>>& broker_configs() const {
+    return broker_configs_;
+  }
+  // One broker resource's dynamic configs; empty when it has none.
+  const std::map<std::string, std::string>& BrokerConfigs(const std::string& resource) const;
+
+  // The node this cache serves (node.id), for what depends on it such as this broker's own
+  // dynamic configs (StorageConfigsFor); -1 until set.
+  void set_local_node_id(int32_t id) { local_node_id_ = id; }
+  int32_t local_node_id() const { return local_node_id_; }
 
   // Runs `fn` on the loop thread after the next applied update (for callers waiting for a
   // change they made through the controller to show up here).
@@ -65,11 +77,13 @@ class MetadataCache {
   void ApplyRecord(const runnel::metadata::MetadataRecord& record);
 
   bool ready_ = false;
+  int32_t local_node_id_ = -1;
   int64_t offset_ = -1;
   std::string cluster_id_;
   std::map<std::string, TopicInfo> topics_;
   std::map<std::string, std::string> name_by_id_;  // 16-byte id -> name
   std::map<int32_t, BrokerInfo> brokers_;
+  std::map<std::string, std::map<std::string, std::string>> broker_configs_;
   std::vector<std::function<void()>> waiters_;
 };
 

@@ -8,11 +8,21 @@ using protocol::ApiKey;
 
 std::span<const ApiEntry> SupportedApis() {
   static const ApiEntry kApis[] = {
+      {ApiKey::kProduce, 0, 11, &HandleProduce},
+      {ApiKey::kFetch, 4, 16, &HandleFetch},
+      {ApiKey::kListOffsets, 1, 8, &HandleListOffsets},
+      {ApiKey::kDeleteRecords, 0, 2, &HandleDeleteRecords},
+      {ApiKey::kDescribeLogDirs, 1, 4, &HandleDescribeLogDirs},
+      {ApiKey::kOffsetForLeaderEpoch, 2, 4, &HandleOffsetForLeaderEpoch},
       {ApiKey::kMetadata, 0, 12, &HandleMetadata},
       {ApiKey::kApiVersions, 0, 4, &HandleApiVersions},
       {ApiKey::kCreateTopics, 2, 7, &HandleCreateTopics},
       {ApiKey::kDeleteTopics, 1, 6, &HandleDeleteTopics},
       {ApiKey::kDescribeCluster, 0, 1, &HandleDescribeCluster},
+      {ApiKey::kCreatePartitions, 0, 3, &HandleCreatePartitions},
+      {ApiKey::kDescribeConfigs, 1, 4, &HandleDescribeConfigs},
+      {ApiKey::kAlterConfigs, 0, 2, &HandleAlterConfigs},
+      {ApiKey::kIncrementalAlterConfigs, 0, 1, &HandleIncrementalAlterConfigs},
   };
   return kApis;
 }

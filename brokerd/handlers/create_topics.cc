@@ -92,8 +92,8 @@ void HandleCreateTopics(BrokerContext& broker, std::unique_ptr<RequestContext> c
           return respond(EncodeResponse(*shared_ctx, resp));
         }
         auto resp = std::make_shared<CreateTopicsResponse>(FromController(result));
-        // Answer once the created topics are visible here, so the client's next Metadata
-        // request sees them.
+        // Answer once the created topics are visible here and their logs exist, so the
+        // client's next Metadata request sees them and produce finds them.
         auto created = std::make_shared<std::vector<std::string>>();
         if (!req.validate_only) {
           for (const auto& t : resp->topics) {
@@ -104,7 +104,8 @@ void HandleCreateTopics(BrokerContext& broker, std::unique_ptr<RequestContext> c
             broker,
             [&broker, created] {
               for (const auto& name : *created) {
-                if (broker.metadata.FindTopic(name) == nullptr) return false;
+                const TopicInfo* topic = broker.metadata.FindTopic(name);
+                if (topic == nullptr || !PartitionsReadyHere(broker, *topic)) return false;
               }
               return true;
             },

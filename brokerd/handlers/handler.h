@@ -9,10 +9,14 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "brokerd/append_batcher.h"
 #include "brokerd/controller_client.h"
 #include "brokerd/metadata_cache.h"
+#include "brokerd/partition_states.h"
+#include "brokerd/storage_client.h"
 #include "brokerd/net/event_loop.h"
 #include "brokerd/net/request.h"
 #include "common/config/config.h"
@@ -29,6 +33,13 @@ struct BrokerContext {
   MetadataCache& metadata;
   ControllerClient& controller;
   int32_t node_id;
+  StorageClient& storage;
+  PartitionStates& partitions;
+  AppendBatcher& appends;
+  // Work waiting on the loop (long-poll fetches) registers how to end it early; the broker
+  // runs these when it stops, before the loop's handles are closed.
+  std::unordered_map<uint64_t, std::function<void()>> cancel_on_stop = {};
+  uint64_t next_cancel_id = 1;
 };
 
 using HandlerFn = void (*)(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
@@ -45,10 +56,32 @@ std::span<const ApiEntry> SupportedApis();
 const ApiEntry* FindSupportedApi(int16_t api_key);
 
 void HandleApiVersions(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleProduce(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleFetch(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleListOffsets(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleDeleteRecords(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleDescribeLogDirs(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleOffsetForLeaderEpoch(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleMetadata(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleCreateTopics(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDeleteTopics(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDescribeCluster(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleCreatePartitions(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleDescribeConfigs(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleAlterConfigs(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleIncrementalAlterConfigs(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+
+// AlterConfigs and IncrementalAlterConfigs (alter_configs.cc): answers here the broker
+// resources naming another node, as Kafka's broker does, sends the rest to the controller,
+// and once the change is in this broker's metadata cache calls `done` with one outcome per
+// resource of `call`, in order.
+struct AlterConfigsOutcome {
+  int16_t error_code = 0;
+  std::optional<std::string> error_message;  // null when error_code is 0
+};
+void AlterConfigsThroughController(BrokerContext& broker,
+                                   runnel::controller::AlterConfigsRequest call,
+                                   std::function<void(std::vector<AlterConfigsOutcome>)> done);
 
 // The ApiVersions answer to a version we do not serve: v0-shaped, UNSUPPORTED_VERSION,
 // with the advertised list, so the client can pick a version and retry.
@@ -93,7 +126,7 @@ bool DecodeRequest(const RequestContext& ctx, Req* out) {
 template <typename Resp>
 Response EncodeResponseAt(const RequestContext& ctx, const Resp& body, int16_t version) {
   Response r;
-  protocol::Writer writer(r.bytes);
+  protocol::Writer writer(r.bytes, &r.inserts);
   protocol::ResponseHeader header;
   header.correlation_id = ctx.header.correlation_id;
   header.Encode(writer, protocol::ResponseHeaderVersion(ctx.header.api_key, version));

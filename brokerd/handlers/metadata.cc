@@ -1,4 +1,5 @@
-// Metadata (key 3), v0-v12: answered from the local metadata cache.
+// Metadata (key 3), v0-v12: answered from the local metadata cache; unknown topics are created
+// through the controller when the client and auto.create.topics.enable allow it.
 #include <set>
 
 #include "brokerd/handlers/handler.h"
@@ -10,6 +11,14 @@ namespace {
 using protocol::ErrorCode;
 using protocol::MetadataRequest;
 using protocol::MetadataResponse;
+
+// The controller call of an auto-creation; the Metadata answer waits for it.
+constexpr std::chrono::milliseconds kAutoCreateTimeout{10000};
+
+// Kafka's internal topics, also before they exist.
+bool IsInternalTopicName(const std::string& name) {
+  return name == "__consumer_offsets" || name == "__transaction_state";
+}
 
 bool BrokerIsLive(const MetadataCache& cache, int32_t id) {
   auto it = cache.brokers().find(id);
@@ -26,8 +35,8 @@ void FillTopic(const MetadataCache& cache, const TopicInfo& topic, bool with_ope
   for (const auto& [id, p] : topic.partitions) {
     MetadataResponse::MetadataResponsePartition part;
     bool leader_live = p.leader >= 0 && BrokerIsLive(cache, p.leader);
-    part.error_code = static_cast<int16_t>(leader_live ? ErrorCode::kNone
-                                                       : ErrorCode::kLeaderNotAvailable);
+    part.error_code =
+        static_cast<int16_t>(leader_live ? ErrorCode::kNone : ErrorCode::kLeaderNotAvailable);
     part.partition_index = p.id;
     part.leader_id = NodeId(leader_live ? p.leader : -1);
     part.leader_epoch = p.leader_epoch;
@@ -75,17 +84,21 @@ void HandleMetadata(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, 
     return respond(EncodeResponse(*ctx, resp));
   }
 
+  // Kafka creates unknown topics when the client allows it (always before v4, where the
+  // field defaults to true) and auto.create.topics.enable is on.
   const bool auto_create =
       req.allow_auto_topic_creation && broker.config.GetBool("auto.create.topics.enable");
   runnel::controller::CreateTopicsRequest to_create;
+  std::vector<size_t> created_at;  // index in resp.topics of each topic in to_create
   std::set<std::string> seen_names;
   std::set<std::string> seen_ids;
   for (const MetadataRequest::MetadataRequestTopic& want : *req.topics) {
     MetadataResponse::MetadataResponseTopic out;
     if (!want.name.has_value() || want.name->empty()) {
-      // Asked by topic id (v10+).
+      // Asked by topic id (v10+): never created.
       if (!seen_ids.insert(want.topic_id.ToString()).second) continue;
-      const TopicInfo* topic = want.topic_id.IsZero() ? nullptr : cache.FindTopicById(want.topic_id);
+      const TopicInfo* topic =
+          want.topic_id.IsZero() ? nullptr : cache.FindTopicById(want.topic_id);
       if (topic == nullptr) {
         out.error_code = static_cast<int16_t>(ErrorCode::kUnknownTopicId);
         out.name = std::nullopt;
@@ -99,44 +112,61 @@ void HandleMetadata(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, 
     const std::string& name = *want.name;
     if (!seen_names.insert(name).second) continue;
     out.name = name;
+    out.is_internal = IsInternalTopicName(name);
     if (!TopicNameError(name).empty()) {
       out.error_code = static_cast<int16_t>(ErrorCode::kInvalidTopicException);
     } else if (const TopicInfo* topic = cache.FindTopic(name)) {
       FillTopic(cache, *topic, with_topic_ops, &out);
-    } else if (auto_create) {
-      // As Kafka: the topic is being created with the broker defaults; the client retries
-      // on LEADER_NOT_AVAILABLE until it shows up.
+    } else if (auto_create && !out.is_internal) {
+      // With the broker defaults (num.partitions, default.replication.factor); the answer
+      // waits for the controller's.
       auto* t = to_create.add_topics();
       t->set_name(name);
       t->set_num_partitions(-1);
       t->set_replication_factor(-1);
+      created_at.push_back(resp.topics.size());
       out.error_code = static_cast<int16_t>(ErrorCode::kLeaderNotAvailable);
     } else {
+      // The coordinators' internal topics are created by the coordinators, with their own
+      // partition count and configs (offsets.topic.*, transaction.state.log.* in Kafka), not
+      // with the defaults of an ordinary topic.
       out.error_code = static_cast<int16_t>(ErrorCode::kUnknownTopicOrPartition);
     }
     resp.topics.push_back(std::move(out));
   }
-  if (to_create.topics_size() > 0) {
-    broker.controller.CreateTopics(
-        to_create, std::chrono::seconds(30),
-        [](const grpc::Status& status, const runnel::controller::CreateTopicsResponse& result) {
-          if (!status.ok()) {
-            KafkaLog()->warn("auto topic creation failed: {}", status.error_message());
-            return;
+  if (to_create.topics_size() == 0) return respond(EncodeResponse(*ctx, resp));
+
+  std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);
+  auto shared_resp = std::make_shared<MetadataResponse>(std::move(resp));
+  broker.controller.CreateTopics(
+      to_create, kAutoCreateTimeout,
+      [shared_ctx, shared_resp, created_at, respond](
+          const grpc::Status& status, const runnel::controller::CreateTopicsResponse& result) {
+        if (!status.ok() || static_cast<size_t>(result.topics_size()) != created_at.size()) {
+          // Not being created after all: the client retries on this retriable error.
+          KafkaLog()->warn("auto topic creation failed: {}",
+                           status.ok() ? "wrong number of results" : status.error_message());
+          for (size_t i : created_at) {
+            shared_resp->topics[i].error_code =
+                static_cast<int16_t>(ErrorCode::kUnknownTopicOrPartition);
           }
-          for (const auto& t : result.topics()) {
-            if (t.error_code() != 0 &&
-                t.error_code() != static_cast<int32_t>(ErrorCode::kTopicAlreadyExists)) {
-              KafkaLog()->warn("auto creation of topic {} failed: {}", t.name(),
-                               t.error_message());
-            } else if (t.error_code() == 0) {
-              KafkaLog()->info("auto-created topic {} with {} partition(s)", t.name(),
-                               t.num_partitions());
-            }
+          return respond(EncodeResponse(*shared_ctx, *shared_resp));
+        }
+        for (size_t k = 0; k < created_at.size(); ++k) {
+          const auto& t = result.topics(static_cast<int>(k));
+          auto& out = shared_resp->topics[created_at[k]];
+          if (t.error_code() == 0) {
+            KafkaLog()->info("auto-created topic {} with {} partition(s)", t.name(),
+                             t.num_partitions());
+          } else if (t.error_code() != static_cast<int32_t>(ErrorCode::kTopicAlreadyExists)) {
+            // As Kafka: a creation error (say a replication factor above the live brokers)
+            // is the topic's error; "already exists" means another request just created it.
+            KafkaLog()->warn("auto creation of topic {} failed: {}", t.name(), t.error_message());
+            out.error_code = static_cast<int16_t>(t.error_code());
           }
-        });
-  }
-  respond(EncodeResponse(*ctx, resp));
+        }
+        respond(EncodeResponse(*shared_ctx, *shared_resp));
+      });
 }
 
 }  // namespace runnel::brokerd

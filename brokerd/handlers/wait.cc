@@ -2,6 +2,8 @@
 
 #include <uv.h>
 
+#include <algorithm>
+
 namespace runnel::brokerd {
 namespace {
 
@@ -10,6 +12,8 @@ struct Waiter {
   std::function<void()> then;
   uv_timer_t timer;
   bool done = false;
+  bool on_metadata = false;    // a recheck is registered with the metadata cache
+  bool on_partitions = false;  // ... and with the partition states
 };
 
 // The timer's data is a heap shared_ptr owning the waiter until the timer is closed; the
@@ -24,10 +28,23 @@ void Finish(const std::shared_ptr<Waiter>& w) {
   w->then();
 }
 
-void Recheck(MetadataCache& cache, const std::shared_ptr<Waiter>& w) {
+void Recheck(BrokerContext& broker, const std::shared_ptr<Waiter>& w) {
   if (w->done) return;
   if (w->ready()) return Finish(w);
-  cache.OnNextUpdate([&cache, w] { Recheck(cache, w); });
+  if (!w->on_metadata) {
+    w->on_metadata = true;
+    broker.metadata.OnNextUpdate([&broker, w] {
+      w->on_metadata = false;
+      Recheck(broker, w);
+    });
+  }
+  if (!w->on_partitions) {
+    w->on_partitions = true;
+    broker.partitions.OnNextChange([&broker, w] {
+      w->on_partitions = false;
+      Recheck(broker, w);
+    });
+  }
 }
 
 }  // namespace
@@ -46,7 +63,26 @@ void WaitForMetadata(BrokerContext& broker, std::function<bool()> ready, int64_t
         Finish(w);
       },
       static_cast<uint64_t>(std::max<int64_t>(timeout_ms, 0)), 0);
-  Recheck(broker.metadata, w);
+  Recheck(broker, w);
+}
+
+bool PartitionsReadyHere(const BrokerContext& broker, const TopicInfo& topic) {
+  for (const auto& [index, p] : topic.partitions) {
+    bool here = std::find(p.replicas.begin(), p.replicas.end(), broker.node_id) != p.replicas.end();
+    if (here && broker.partitions.Find(topic.name, index) == nullptr) return false;
+  }
+  return true;
+}
+
+protocol::ErrorCode StorageCallError(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return protocol::ErrorCode::kRequestTimedOut;
+    case grpc::StatusCode::UNAVAILABLE:
+      return protocol::ErrorCode::kNotLeaderOrFollower;
+    default:
+      return protocol::ErrorCode::kKafkaStorageError;
+  }
 }
 
 protocol::ErrorCode ControllerCallError(const grpc::Status& status) {

@@ -1,4 +1,5 @@
-// Waiting on the loop for the metadata cache to show a change made through the controller.
+// Waiting on the loop for the metadata cache (and storaged) to show a change made through the
+// controller.
 #pragma once
 
 #include <functional>
@@ -8,9 +9,19 @@
 namespace runnel::brokerd {
 
 // Runs `then` on the loop once `ready()` is true (checked now and after every metadata
-// update) or after `timeout_ms`, whichever comes first; exactly once.
+// update and every change of storaged's partitions) or after `timeout_ms`, whichever comes
+// first; exactly once.
 void WaitForMetadata(BrokerContext& broker, std::function<bool()> ready, int64_t timeout_ms,
                      std::function<void()> then);
+
+// True when storaged holds a log for every partition of `topic` placed on this broker, so
+// produce and fetch find it (CreateTopics and CreatePartitions answer only then).
+bool PartitionsReadyHere(const BrokerContext& broker, const TopicInfo& topic);
+
+// The Kafka error for a failed storaged call: a timeout is REQUEST_TIMED_OUT; storaged
+// restarting (unavailable) is NOT_LEADER_OR_FOLLOWER, so the client refreshes its metadata
+// and retries; anything else is KAFKA_STORAGE_ERROR.
+protocol::ErrorCode StorageCallError(const grpc::Status& status);
 
 // The Kafka error for a failed controller call.
 protocol::ErrorCode ControllerCallError(const grpc::Status& status);

@@ -98,5 +98,44 @@ TEST(MetadataCacheTest, WaitersRunAfterTheNextUpdate) {
   EXPECT_EQ(runs, 1);
 }
 
+void AddConfig(MetadataUpdate& u, runnel::metadata::ConfigResourceType type,
+               const std::string& resource, const std::string& key,
+               std::optional<std::string> value) {
+  auto* c = u.add_records()->mutable_config();
+  c->set_resource_type(type);
+  c->set_resource_name(resource);
+  c->set_name(key);
+  if (value) c->set_value(*value);
+}
+
+TEST(MetadataCacheTest, KeepsTopicAndBrokerConfigs) {
+  using runnel::metadata::CONFIG_RESOURCE_BROKER;
+  using runnel::metadata::CONFIG_RESOURCE_TOPIC;
+  MetadataCache cache;
+  MetadataUpdate snap = Update(1, true);
+  AddTopic(snap, "t", 1, 1);
+  AddConfig(snap, CONFIG_RESOURCE_TOPIC, "t", "retention.ms", "5");
+  AddConfig(snap, CONFIG_RESOURCE_BROKER, "", "log.retention.ms", "7");
+  AddConfig(snap, CONFIG_RESOURCE_BROKER, "1", "log.segment.bytes", "4096");
+  ASSERT_TRUE(cache.Apply(snap));
+  EXPECT_EQ(cache.FindTopic("t")->configs.at("retention.ms"), "5");
+  EXPECT_EQ(cache.BrokerConfigs("").at("log.retention.ms"), "7");
+  EXPECT_EQ(cache.BrokerConfigs("1").at("log.segment.bytes"), "4096");
+  EXPECT_TRUE(cache.BrokerConfigs("2").empty());
+
+  MetadataUpdate delta = Update(2, false);
+  AddConfig(delta, CONFIG_RESOURCE_BROKER, "1", "log.segment.bytes", std::nullopt);
+  AddConfig(delta, CONFIG_RESOURCE_BROKER, "", "log.cleanup.policy", "compact");
+  AddConfig(delta, CONFIG_RESOURCE_TOPIC, "t", "retention.ms", std::nullopt);
+  ASSERT_TRUE(cache.Apply(delta));
+  EXPECT_EQ(cache.broker_configs().count("1"), 0u) << "a resource without keys is gone";
+  EXPECT_EQ(cache.BrokerConfigs("").size(), 2u);
+  EXPECT_TRUE(cache.FindTopic("t")->configs.empty());
+
+  // A new image replaces the broker configs too.
+  ASSERT_TRUE(cache.Apply(Update(5, true)));
+  EXPECT_TRUE(cache.broker_configs().empty());
+}
+
 }  // namespace
 }  // namespace runnel::brokerd

@@ -1,0 +1,88 @@
+#include "brokerd/append_batcher.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace runnel::brokerd {
+
+AppendBatcher::AppendBatcher(EventLoop& loop, StorageClient& storage, size_t max_calls_in_flight,
+                             size_t max_bytes_per_call)
+    : loop_(loop),
+      storage_(storage),
+      max_calls_in_flight_(max_calls_in_flight),
+      max_bytes_per_call_(max_bytes_per_call) {}
+
+void AppendBatcher::Append(storage::AppendPartition partition, std::chrono::milliseconds timeout,
+                           Done done) {
+  PartitionKey key(partition.topic(), partition.partition());
+  pending_.push_back(Entry{std::move(key), std::move(partition),
+                           std::chrono::steady_clock::now() + timeout, std::move(done)});
+  ScheduleFlush();
+}
+
+void AppendBatcher::ScheduleFlush() {
+  if (flush_scheduled_) return;
+  flush_scheduled_ = true;
+  // Posted, so every request read in this pass of the loop joins the same call.
+  loop_.Post([this] {
+    flush_scheduled_ = false;
+    Flush();
+  });
+}
+
+void AppendBatcher::Flush() {
+  while (!pending_.empty() && calls_in_flight_ < max_calls_in_flight_) {
+    auto entries = std::make_shared<std::vector<Entry>>();
+    storage::AppendRequest req;
+    size_t bytes = 0;
+    auto deadline = std::chrono::steady_clock::time_point::min();
+    // Partitions blocked by a call in flight stay queued, and so does every later entry of
+    // theirs, which keeps each partition's appends in order.
+    std::unordered_set<PartitionKey, PartitionKeyHash> blocked;
+    std::deque<Entry> kept;
+    while (!pending_.empty()) {
+      Entry& e = pending_.front();
+      bool full = !entries->empty() && bytes + e.partition.records().size() > max_bytes_per_call_;
+      if (full || blocked.count(e.key) != 0 || in_flight_.count(e.key) != 0) {
+        blocked.insert(e.key);
+        kept.push_back(std::move(e));
+        pending_.pop_front();
+        continue;
+      }
+      bytes += e.partition.records().size();
+      deadline = std::max(deadline, e.deadline);
+      *req.add_partitions() = std::move(e.partition);
+      entries->push_back(std::move(e));
+      pending_.pop_front();
+    }
+    pending_ = std::move(kept);
+    if (entries->empty()) return;
+    for (const Entry& e : *entries) ++in_flight_[e.key];
+    ++calls_in_flight_;
+    auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    storage_.Append(
+        std::move(req), std::max(timeout, std::chrono::milliseconds(1)),
+        [this, entries](const grpc::Status& status, storage::AppendResponse& resp) {
+          --calls_in_flight_;
+          for (const Entry& e : *entries) {
+            auto it = in_flight_.find(e.key);
+            if (it != in_flight_.end() && --it->second <= 0) in_flight_.erase(it);
+          }
+          grpc::Status short_answer(grpc::StatusCode::INTERNAL, "storaged answered too few partitions");
+          storage::AppendPartitionResult none;
+          for (size_t i = 0; i < entries->size(); ++i) {
+            if (!status.ok()) {
+              (*entries)[i].done(status, none);
+            } else if (i >= static_cast<size_t>(resp.partitions_size())) {
+              (*entries)[i].done(short_answer, none);
+            } else {
+              (*entries)[i].done(status, resp.partitions(static_cast<int>(i)));
+            }
+          }
+          Flush();
+        });
+  }
+}
+
+}  // namespace runnel::brokerd

@@ -1,0 +1,51 @@
+// Appends from every produce request on every connection, gathered into few storaged calls.
+//
+// One gRPC call per produce request would cap the node near the rate of unary calls
+// (a few thousand per second), so the appends queued during one pass of the loop go out as
+// one AppendRequest, with several calls in flight. Order within a partition is kept: a
+// partition with an append in flight waits until that call returns before its next append
+// is sent (storaged applies the entries of one call in order).
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <unordered_map>
+
+#include "brokerd/net/event_loop.h"
+#include "brokerd/partition_states.h"
+#include "brokerd/storage_client.h"
+
+namespace runnel::brokerd {
+
+class AppendBatcher {
+ public:
+  // Runs on the loop with the partition's result, or with a failed call's status.
+  using Done = std::function<void(const grpc::Status&, const storage::AppendPartitionResult&)>;
+
+  AppendBatcher(EventLoop& loop, StorageClient& storage, size_t max_calls_in_flight = 8,
+                size_t max_bytes_per_call = 16 << 20);
+
+  void Append(storage::AppendPartition partition, std::chrono::milliseconds timeout, Done done);
+
+ private:
+  struct Entry {
+    PartitionKey key;
+    storage::AppendPartition partition;
+    std::chrono::steady_clock::time_point deadline;
+    Done done;
+  };
+  void ScheduleFlush();
+  void Flush();
+
+  EventLoop& loop_;
+  StorageClient& storage_;
+  size_t max_calls_in_flight_;
+  size_t max_bytes_per_call_;
+  std::deque<Entry> pending_;
+  std::unordered_map<PartitionKey, int, PartitionKeyHash> in_flight_;  // calls per partition
+  size_t calls_in_flight_ = 0;
+  bool flush_scheduled_ = false;
+};
+
+}  // namespace runnel::brokerd

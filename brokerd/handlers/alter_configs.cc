@@ -1,0 +1,130 @@
+// AlterConfigs (key 33), v0-v2: the given configs replace a resource's explicit ones. The
+// controller validates and writes them (Controller::AlterConfigs); the broker only answers
+// the broker resources naming another node itself, as Kafka's broker does. Shared with
+// IncrementalAlterConfigs (incremental_alter_configs.cc).
+#include <charconv>
+
+#include "brokerd/handlers/handler.h"
+#include "brokerd/handlers/wait.h"
+
+namespace runnel::brokerd {
+namespace {
+
+using protocol::AlterConfigsRequest;
+using protocol::AlterConfigsResponse;
+using protocol::ErrorCode;
+namespace ctl = runnel::controller;
+
+constexpr int32_t kBrokerResource = 4;
+// AlterConfigs has no timeout of its own: the controller call and the wait for the cache
+// each get this long.
+constexpr std::chrono::milliseconds kTimeout{30000};
+
+// Kafka's broker-side check of a broker resource name ("" = the cluster default): a node
+// changes only its own per-broker configs.
+std::optional<AlterConfigsOutcome> CheckBrokerResource(const ctl::AlterConfigsResource& r,
+                                                       int32_t node_id) {
+  const std::string& name = r.resource_name();
+  if (r.resource_type() != kBrokerResource || name.empty()) return std::nullopt;
+  int32_t id = -1;
+  auto [ptr, ec] = std::from_chars(name.data(), name.data() + name.size(), id);
+  if (ec != std::errc() || ptr != name.data() + name.size()) {
+    return AlterConfigsOutcome{static_cast<int16_t>(ErrorCode::kInvalidRequest),
+                               fmt::format("Node id must be an integer, but it is: {}", name)};
+  }
+  if (id != node_id) {
+    return AlterConfigsOutcome{
+        static_cast<int16_t>(ErrorCode::kInvalidRequest),
+        fmt::format("Unexpected broker id, expected {}, but received {}", node_id, name)};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void AlterConfigsThroughController(BrokerContext& broker, ctl::AlterConfigsRequest call,
+                                   std::function<void(std::vector<AlterConfigsOutcome>)> done) {
+  const size_t n = static_cast<size_t>(call.resources_size());
+  auto outcomes = std::make_shared<std::vector<AlterConfigsOutcome>>(n);
+  // Which request entry each resource sent to the controller answers.
+  auto sent_index = std::make_shared<std::vector<size_t>>();
+  ctl::AlterConfigsRequest to_send;
+  to_send.set_incremental(call.incremental());
+  to_send.set_validate_only(call.validate_only());
+  for (size_t i = 0; i < n; ++i) {
+    if (auto refused = CheckBrokerResource(call.resources(static_cast<int>(i)), broker.node_id)) {
+      (*outcomes)[i] = std::move(*refused);
+      continue;
+    }
+    sent_index->push_back(i);
+    *to_send.add_resources() = std::move(*call.mutable_resources(static_cast<int>(i)));
+  }
+  if (sent_index->empty()) return done(std::move(*outcomes));
+
+  broker.controller.AlterConfigs(
+      to_send, kTimeout,
+      [&broker, outcomes, sent_index, done = std::move(done)](
+          const grpc::Status& status, const ctl::AlterConfigsResponse& result) {
+        int64_t offset = -1;
+        if (!status.ok() || static_cast<size_t>(result.results_size()) != sent_index->size()) {
+          KafkaLog()->warn(
+              "AlterConfigs: controller call failed: {}",
+              status.ok() ? std::string("wrong number of results") : status.error_message());
+          for (size_t i : *sent_index) {
+            (*outcomes)[i] = {static_cast<int16_t>(status.ok() ? ErrorCode::kUnknownServerError
+                                                               : ControllerCallError(status)),
+                              status.error_message()};
+          }
+        } else {
+          offset = result.metadata_offset();
+          for (size_t k = 0; k < sent_index->size(); ++k) {
+            const ctl::AlterConfigsResult& r = result.results(static_cast<int>(k));
+            AlterConfigsOutcome& o = (*outcomes)[(*sent_index)[k]];
+            o.error_code = static_cast<int16_t>(r.error_code());
+            if (r.has_error_message()) o.error_message = r.error_message();
+          }
+        }
+        // Answer once the change is in this broker's cache, so a DescribeConfigs that
+        // follows shows it.
+        WaitForMetadata(
+            broker, [&broker, offset] { return broker.metadata.offset() >= offset; },
+            kTimeout.count(), [outcomes, done] { done(std::move(*outcomes)); });
+      });
+}
+
+void HandleAlterConfigs(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
+                        Respond respond) {
+  AlterConfigsRequest req;
+  if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
+  ctl::AlterConfigsRequest call;
+  call.set_incremental(false);
+  call.set_validate_only(req.validate_only);
+  for (const auto& res : req.resources) {
+    ctl::AlterConfigsResource* r = call.add_resources();
+    r->set_resource_type(res.resource_type);
+    r->set_resource_name(res.resource_name);
+    for (const auto& c : res.configs) {
+      ctl::AlterableConfig* config = r->add_configs();
+      config->set_name(c.name);
+      config->set_operation(0);  // SET: the legacy API replaces the whole set
+      if (c.value.has_value()) config->set_value(*c.value);
+    }
+  }
+  std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);
+  AlterConfigsThroughController(
+      broker, call,
+      [shared_ctx, req = std::move(req), respond](std::vector<AlterConfigsOutcome> outcomes) {
+        AlterConfigsResponse resp;
+        for (size_t i = 0; i < outcomes.size(); ++i) {
+          AlterConfigsResponse::AlterConfigsResourceResponse r;
+          r.error_code = outcomes[i].error_code;
+          r.error_message = std::move(outcomes[i].error_message);
+          r.resource_type = req.resources[i].resource_type;
+          r.resource_name = req.resources[i].resource_name;
+          resp.responses.push_back(std::move(r));
+        }
+        respond(EncodeResponse(*shared_ctx, resp));
+      });
+}
+
+}  // namespace runnel::brokerd

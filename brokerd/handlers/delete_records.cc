@@ -1,0 +1,131 @@
+// DeleteRecords (key 21), v0-v2: moves a partition's log start offset up to the offset asked
+// (-1 = the high watermark), as AdminClient.deleteRecords does; the answer's low watermark is
+// the log start offset afterwards. An offset above the high watermark is
+// OFFSET_OUT_OF_RANGE (storaged checks it under its append lock).
+//
+// Checks per partition, in Kafka's order: unknown topic or partition, an internal topic
+// (INVALID_TOPIC_EXCEPTION), no local leader copy (NOT_LEADER_OR_FOLLOWER), a topic whose
+// cleanup.policy lacks "delete" (POLICY_VIOLATION). Then one storaged call for all of them.
+// Kafka waits up to timeout_ms for the followers to move their log start too; with a single
+// replica there is nothing to wait for, so the timeout bounds the storaged call.
+#include <algorithm>
+#include <memory>
+
+#include "brokerd/handlers/handler.h"
+#include "brokerd/handlers/wait.h"
+
+namespace runnel::brokerd {
+namespace {
+
+using protocol::DeleteRecordsRequest;
+using protocol::DeleteRecordsResponse;
+using protocol::ErrorCode;
+
+constexpr std::chrono::milliseconds kMinStorageTimeout{1000};
+
+// Whether the topic's cleanup.policy (its own, else the node's log.cleanup.policy) lets
+// records be deleted.
+bool PolicyAllowsDelete(const BrokerContext& broker, const TopicInfo& topic) {
+  std::vector<std::string> policy;
+  auto it = topic.configs.find("cleanup.policy");
+  if (it == topic.configs.end()) {
+    policy = broker.config.GetList("log.cleanup.policy");
+  } else {
+    size_t start = 0;
+    while (start <= it->second.size()) {
+      size_t comma = it->second.find(',', start);
+      if (comma == std::string::npos) comma = it->second.size();
+      std::string item = it->second.substr(start, comma - start);
+      item.erase(0, item.find_first_not_of(" \t"));
+      item.erase(item.find_last_not_of(" \t") + 1);
+      policy.push_back(std::move(item));
+      start = comma + 1;
+    }
+  }
+  return std::find(policy.begin(), policy.end(), "delete") != policy.end();
+}
+
+struct Pending {
+  std::unique_ptr<RequestContext> ctx;
+  Respond respond;
+  DeleteRecordsResponse resp;
+  std::vector<DeleteRecordsResponse::DeleteRecordsPartitionResult*> slots;  // call order
+};
+
+}  // namespace
+
+void HandleDeleteRecords(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
+                         Respond respond) {
+  DeleteRecordsRequest req;
+  if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
+
+  auto pending = std::make_shared<Pending>();
+  DeleteRecordsResponse& resp = pending->resp;
+  storage::DeleteRecordsRequest call;
+  resp.topics.reserve(req.topics.size());
+  for (const auto& topic : req.topics) {
+    DeleteRecordsResponse::DeleteRecordsTopicResult& t = resp.topics.emplace_back();
+    t.name = topic.name;
+    t.partitions.reserve(topic.partitions.size());
+    const TopicInfo* info = broker.metadata.FindTopic(topic.name);
+    for (const auto& partition : topic.partitions) {
+      DeleteRecordsResponse::DeleteRecordsPartitionResult& out = t.partitions.emplace_back();
+      out.partition_index = partition.partition_index;
+      out.low_watermark = -1;
+      auto fail = [&out](ErrorCode error) { out.error_code = static_cast<int16_t>(error); };
+      if (info == nullptr) {
+        fail(ErrorCode::kUnknownTopicOrPartition);
+        continue;
+      }
+      auto p = info->partitions.find(partition.partition_index);
+      if (p == info->partitions.end()) {
+        fail(ErrorCode::kUnknownTopicOrPartition);
+        continue;
+      }
+      if (info->internal()) {
+        fail(ErrorCode::kInvalidTopicException);
+        continue;
+      }
+      if (p->second.leader != broker.node_id ||
+          broker.partitions.Find(topic.name, partition.partition_index) == nullptr) {
+        fail(ErrorCode::kNotLeaderOrFollower);
+        continue;
+      }
+      if (!PolicyAllowsDelete(broker, *info)) {
+        fail(ErrorCode::kPolicyViolation);
+        continue;
+      }
+      storage::DeleteRecordsPartition* dp = call.add_partitions();
+      dp->set_topic(topic.name);
+      dp->set_partition(partition.partition_index);
+      dp->set_offset(partition.offset);
+      pending->slots.push_back(&out);
+    }
+  }
+
+  pending->ctx = std::move(ctx);
+  pending->respond = std::move(respond);
+  if (pending->slots.empty()) {
+    return pending->respond(EncodeResponse(*pending->ctx, pending->resp));
+  }
+  const auto timeout =
+      std::max(std::chrono::milliseconds(std::max(req.timeout_ms, 0)), kMinStorageTimeout);
+  broker.storage.DeleteRecords(
+      std::move(call), timeout,
+      [pending](const grpc::Status& status, storage::DeleteRecordsResponse& result) {
+        for (size_t i = 0; i < pending->slots.size(); ++i) {
+          auto* out = pending->slots[i];
+          if (!status.ok() || i >= static_cast<size_t>(result.partitions_size())) {
+            out->error_code = static_cast<int16_t>(status.ok() ? ErrorCode::kUnknownServerError
+                                                               : StorageCallError(status));
+            continue;
+          }
+          const storage::DeleteRecordsPartitionResult& r = result.partitions(static_cast<int>(i));
+          out->error_code = static_cast<int16_t>(r.error_code());
+          if (r.error_code() == 0) out->low_watermark = r.low_watermark();
+        }
+        pending->respond(EncodeResponse(*pending->ctx, pending->resp));
+      });
+}
+
+}  // namespace runnel::brokerd

@@ -1,0 +1,296 @@
+// Fetch (key 1), v4-v16 for consumers: record batches as file ranges of storaged's segment
+// files, written to the socket with sendfile (no record byte is copied through brokerd).
+//
+// A fetch that finds less than min_bytes waits, without polling, for a change of one of its
+// partitions (PartitionStates, fed by storaged's watch stream) or for max_wait_ms, then
+// reads again. A partition whose fetch offset is its high watermark has nothing to read,
+// and is answered from PartitionStates without calling storaged, so an idle long poll
+// costs nothing until data arrives.
+//
+// Fetch sessions (KIP-227): every fetch is answered as a full, sessionless one (session id
+// 0), which a client takes as "no session"; a request naming a session id gets
+// FETCH_SESSION_ID_NOT_FOUND, as from a broker that evicted it.
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <memory>
+
+#include "brokerd/handlers/handler.h"
+#include "brokerd/handlers/wait.h"
+
+namespace runnel::brokerd {
+namespace {
+
+using protocol::ErrorCode;
+using protocol::FetchRequest;
+using protocol::FetchResponse;
+
+constexpr int16_t kFirstTopicIdVersion = 13;
+constexpr std::chrono::milliseconds kReadTimeout{30000};
+
+// Opens the file of a range and checks it is still the file storaged read (see FileRange).
+std::shared_ptr<const protocol::FileHandle> OpenRange(const storage::FileRange& range) {
+  int fd = ::open(range.path().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  auto file = std::make_shared<const protocol::FileHandle>(fd);
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_ino) != range.inode()) return nullptr;
+  return file;
+}
+
+struct FetchOp : std::enable_shared_from_this<FetchOp> {
+  struct Part {
+    size_t topic = 0;  // index into resp.responses
+    std::string name;
+    FetchRequest::FetchPartition in;
+    ErrorCode error = ErrorCode::kNone;  // found before reading: answered as is
+    int32_t leader = -1;
+    int32_t leader_epoch = -1;
+    // Filled by the latest attempt.
+    FetchResponse::PartitionData out;
+  };
+
+  BrokerContext& broker;
+  std::unique_ptr<RequestContext> ctx;
+  Respond respond;
+  int16_t version = 0;
+  int32_t max_wait_ms = 0;
+  int32_t min_bytes = 0;
+  int32_t max_bytes = 0;
+  bool read_committed = false;
+  FetchResponse resp;
+  std::vector<Part> parts;
+
+  uv_timer_t* timer = nullptr;
+  bool timed_out = false;
+  bool reading = false;
+  bool done = false;
+  PartitionStates::WatchId watch = 0;
+  uint64_t cancel_id = 0;
+
+  FetchOp(BrokerContext& b, std::unique_ptr<RequestContext> c, Respond r)
+      : broker(b), ctx(std::move(c)), respond(std::move(r)) {}
+
+  void Start() {
+    if (max_wait_ms > 0 && min_bytes > 0) {
+      cancel_id = broker.next_cancel_id++;
+      std::weak_ptr<FetchOp> weak = shared_from_this();
+      broker.cancel_on_stop.emplace(cancel_id, [weak] {
+        if (auto op = weak.lock()) op->Finish();
+      });
+      timer = new uv_timer_t;
+      uv_timer_init(broker.loop.raw(), timer);
+      timer->data = new std::shared_ptr<FetchOp>(shared_from_this());
+      uv_timer_start(
+          timer,
+          [](uv_timer_t* t) {
+            std::shared_ptr<FetchOp> op = *static_cast<std::shared_ptr<FetchOp>*>(t->data);
+            op->timed_out = true;
+            if (op->watch != 0) {
+              op->broker.partitions.Unwatch(op->watch);
+              op->watch = 0;
+            }
+            if (!op->reading) op->Attempt();
+          },
+          static_cast<uint64_t>(max_wait_ms), 0);
+    }
+    Attempt();
+  }
+
+  bool MayWait() const { return max_wait_ms > 0 && min_bytes > 0 && !timed_out; }
+
+  void Attempt() {
+    if (done) return;
+    bool any_error = false;
+    storage::ReadRequest read;
+    std::vector<size_t> reading_parts;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      Part& p = parts[i];
+      p.out = FetchResponse::PartitionData();
+      p.out.partition_index = p.in.partition;
+      p.out.high_watermark = -1;
+      p.out.last_stable_offset = -1;
+      p.out.log_start_offset = -1;
+      if (!read_committed) p.out.aborted_transactions.reset();
+      p.out.records.data.emplace();
+      ErrorCode error = p.error;
+      const StoredPartition* st = nullptr;
+      if (error == ErrorCode::kNone) {
+        st = broker.partitions.Find(p.name, p.in.partition);
+        if (st == nullptr) error = ErrorCode::kNotLeaderOrFollower;
+      }
+      if (error != ErrorCode::kNone) {
+        p.out.error_code = static_cast<int16_t>(error);
+        if (error == ErrorCode::kNotLeaderOrFollower || error == ErrorCode::kFencedLeaderEpoch) {
+          p.out.current_leader.leader_id = NodeId(p.leader);
+          p.out.current_leader.leader_epoch = p.leader_epoch;
+        }
+        any_error = true;
+        continue;
+      }
+      p.out.high_watermark = st->high_watermark;
+      p.out.last_stable_offset = st->high_watermark;
+      p.out.log_start_offset = st->log_start_offset;
+      if (p.in.fetch_offset == st->high_watermark && p.in.fetch_offset >= st->log_start_offset) {
+        continue;  // nothing to read yet
+      }
+      storage::ReadPartition* r = read.add_partitions();
+      r->set_topic(p.name);
+      r->set_partition(p.in.partition);
+      r->set_offset(p.in.fetch_offset);
+      r->set_max_bytes(std::max(p.in.partition_max_bytes, 0));
+      r->set_min_one_batch(true);
+      reading_parts.push_back(i);
+    }
+    if (reading_parts.empty()) {
+      if (any_error || !MayWait()) return Finish();
+      return Wait();
+    }
+    read.set_max_total_bytes(std::max(max_bytes, 1));
+    reading = true;
+    auto self = shared_from_this();
+    broker.storage.Read(
+        std::move(read), kReadTimeout,
+        [self, reading_parts = std::move(reading_parts), any_error](
+            const grpc::Status& status, storage::ReadResponse& result) {
+          self->reading = false;
+          self->OnRead(status, result, reading_parts, any_error);
+        });
+  }
+
+  void OnRead(const grpc::Status& status, const storage::ReadResponse& result,
+              const std::vector<size_t>& reading_parts, bool any_error) {
+    if (done) return;
+    int64_t total = 0;
+    bool stale = false;
+    for (size_t k = 0; k < reading_parts.size(); ++k) {
+      Part& p = parts[reading_parts[k]];
+      if (!status.ok() || k >= static_cast<size_t>(result.partitions_size())) {
+        p.out.error_code = static_cast<int16_t>(
+            status.ok() ? ErrorCode::kUnknownServerError : StorageCallError(status));
+        any_error = true;
+        continue;
+      }
+      const storage::ReadPartitionResult& r = result.partitions(static_cast<int>(k));
+      if (r.error_code() != 0) {
+        p.out.error_code = static_cast<int16_t>(r.error_code());
+        p.out.high_watermark = -1;
+        p.out.last_stable_offset = -1;
+        p.out.log_start_offset = -1;
+        any_error = true;
+        continue;
+      }
+      p.out.high_watermark = r.high_watermark();
+      p.out.last_stable_offset = r.last_stable_offset();
+      p.out.log_start_offset = r.log_start_offset();
+      for (const storage::FileRange& range : r.ranges()) {
+        auto file = OpenRange(range);
+        // Gone or replaced since storaged answered: send what came before (whole batches);
+        // the client fetches the rest again.
+        if (file == nullptr) break;
+        p.out.records.files.push_back(
+            protocol::FileSlice{std::move(file), range.position(), range.length()});
+        total += range.length();
+      }
+      const StoredPartition* st = broker.partitions.Find(p.name, p.in.partition);
+      if (st != nullptr && st->high_watermark > r.high_watermark()) stale = true;
+    }
+    if (any_error || total >= min_bytes || !MayWait()) return Finish();
+    // Data arrived between the read and now: read again rather than wait for the next change.
+    if (stale) return Attempt();
+    Wait();
+  }
+
+  void Wait() {
+    std::vector<PartitionKey> keys;
+    keys.reserve(parts.size());
+    for (const Part& p : parts) keys.emplace_back(p.name, p.in.partition);
+    auto self = shared_from_this();
+    watch = broker.partitions.Watch(keys, [self] {
+      self->watch = 0;
+      if (!self->reading) self->Attempt();
+    });
+  }
+
+  void Finish() {
+    if (done) return;
+    done = true;
+    if (cancel_id != 0) broker.cancel_on_stop.erase(cancel_id);
+    if (watch != 0) broker.partitions.Unwatch(watch);
+    watch = 0;
+    if (timer != nullptr) {
+      uv_timer_stop(timer);
+      uv_close(reinterpret_cast<uv_handle_t*>(timer), [](uv_handle_t* h) {
+        delete static_cast<std::shared_ptr<FetchOp>*>(h->data);
+        delete reinterpret_cast<uv_timer_t*>(h);
+      });
+      timer = nullptr;
+    }
+    for (Part& p : parts) resp.responses[p.topic].partitions.push_back(std::move(p.out));
+    respond(EncodeResponse(*ctx, resp));
+  }
+};
+
+}  // namespace
+
+void HandleFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, Respond respond) {
+  FetchRequest req;
+  if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
+  const int16_t version = ctx->header.api_version;
+  auto op = std::make_shared<FetchOp>(broker, std::move(ctx), std::move(respond));
+  op->version = version;
+
+  if (req.session_id != 0) {
+    op->resp.error_code = static_cast<int16_t>(ErrorCode::kFetchSessionIdNotFound);
+    op->done = true;
+    return op->respond(EncodeResponse(*op->ctx, op->resp));
+  }
+  op->max_wait_ms = req.max_wait_ms;
+  op->min_bytes = req.min_bytes;
+  op->max_bytes = req.max_bytes;
+  op->read_committed = req.isolation_level == 1;
+
+  for (auto& topic : req.topics) {
+    const TopicInfo* info = nullptr;
+    ErrorCode topic_error = ErrorCode::kNone;
+    if (version >= kFirstTopicIdVersion) {
+      info = broker.metadata.FindTopicById(topic.topic_id);
+      if (info == nullptr) topic_error = ErrorCode::kUnknownTopicId;
+    } else {
+      info = broker.metadata.FindTopic(topic.topic);
+      if (info == nullptr) topic_error = ErrorCode::kUnknownTopicOrPartition;
+    }
+    FetchResponse::FetchableTopicResponse& t = op->resp.responses.emplace_back();
+    t.topic = info != nullptr ? info->name : topic.topic;
+    t.topic_id = topic.topic_id;
+    for (auto& partition : topic.partitions) {
+      FetchOp::Part part;
+      part.topic = op->resp.responses.size() - 1;
+      part.name = t.topic;
+      part.in = partition;
+      part.error = topic_error;
+      if (info != nullptr) {
+        auto p = info->partitions.find(partition.partition);
+        if (p == info->partitions.end()) {
+          part.error = version >= kFirstTopicIdVersion ? ErrorCode::kUnknownTopicId
+                                                       : ErrorCode::kUnknownTopicOrPartition;
+        } else {
+          part.leader = p->second.leader;
+          part.leader_epoch = p->second.leader_epoch;
+          if (p->second.leader != broker.node_id) {
+            part.error = ErrorCode::kNotLeaderOrFollower;
+          } else if (partition.current_leader_epoch >= 0 &&
+                     partition.current_leader_epoch < p->second.leader_epoch) {
+            part.error = ErrorCode::kFencedLeaderEpoch;
+          } else if (partition.current_leader_epoch > p->second.leader_epoch) {
+            part.error = ErrorCode::kUnknownLeaderEpoch;
+          }
+        }
+      }
+      op->parts.push_back(std::move(part));
+    }
+  }
+  op->Start();
+}
+
+}  // namespace runnel::brokerd

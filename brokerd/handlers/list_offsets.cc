@@ -1,0 +1,149 @@
+// ListOffsets (key 2), v1-v8: per partition, the offset of a timestamp (the first record
+// with a timestamp >= it; none: offset -1, timestamp -1) or of a special one: -1 latest,
+// -2 earliest, -3 max timestamp (v7+), -4 earliest local (v8+; the earliest here, with no
+// tiered storage). v0 (several offsets per partition) is not served, as in Kafka 4: every
+// client in use sends v1 or later.
+//
+// Checks per partition, in Kafka's order: a partition named twice in one request is
+// INVALID_REQUEST (every copy), then unknown topic or partition, no local copy, the current
+// leader epoch (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH), leadership (a debugging client,
+// replica id -2, may ask any local copy). Then one storaged call for all partitions.
+//
+// What a consumer (replica id -1) may see ends at the high watermark, or at the last stable
+// offset for read_committed; storaged's "latest" is its log end offset, which is both on a
+// single replica with no transactions. Kafka answers "latest" with the partition's current
+// leader epoch, which is taken from the metadata here.
+#include <map>
+#include <memory>
+
+#include "brokerd/handlers/handler.h"
+#include "brokerd/handlers/wait.h"
+
+namespace runnel::brokerd {
+namespace {
+
+using protocol::ErrorCode;
+using protocol::ListOffsetsRequest;
+using protocol::ListOffsetsResponse;
+
+constexpr int32_t kDebuggingReplicaId = -2;
+constexpr int64_t kLatestTimestamp = -1;
+constexpr int16_t kFirstLeaderEpochVersion = 4;
+constexpr std::chrono::milliseconds kStorageTimeout{15000};
+
+struct Pending {
+  std::unique_ptr<RequestContext> ctx;
+  Respond respond;
+  ListOffsetsResponse resp;
+  // Per storaged partition, in call order: where its answer goes and, for "latest", the
+  // leader epoch to answer with.
+  struct Slot {
+    ListOffsetsResponse::ListOffsetsPartitionResponse* out;
+    int64_t timestamp;
+    int32_t leader_epoch;
+  };
+  std::vector<Slot> slots;
+};
+
+}  // namespace
+
+void HandleListOffsets(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
+                       Respond respond) {
+  ListOffsetsRequest req;
+  if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
+  const int16_t version = ctx->header.api_version;
+  const bool leader_only = req.replica_id.value() != kDebuggingReplicaId;
+
+  std::map<PartitionKey, int> times_named;
+  for (const auto& topic : req.topics) {
+    for (const auto& partition : topic.partitions) {
+      ++times_named[{topic.name, partition.partition_index}];
+    }
+  }
+
+  auto pending = std::make_shared<Pending>();
+  ListOffsetsResponse& resp = pending->resp;
+  storage::ListOffsetsRequest call;
+  resp.topics.reserve(req.topics.size());
+  for (const auto& topic : req.topics) {
+    ListOffsetsResponse::ListOffsetsTopicResponse& t = resp.topics.emplace_back();
+    t.name = topic.name;
+    t.partitions.reserve(topic.partitions.size());
+    const TopicInfo* info = broker.metadata.FindTopic(topic.name);
+    for (const auto& partition : topic.partitions) {
+      ListOffsetsResponse::ListOffsetsPartitionResponse& out = t.partitions.emplace_back();
+      out.partition_index = partition.partition_index;
+      out.timestamp = -1;
+      out.offset = -1;
+      out.leader_epoch = -1;
+      auto fail = [&out](ErrorCode error) { out.error_code = static_cast<int16_t>(error); };
+      if (times_named[{topic.name, partition.partition_index}] > 1) {
+        fail(ErrorCode::kInvalidRequest);
+        continue;
+      }
+      if (info == nullptr) {
+        fail(ErrorCode::kUnknownTopicOrPartition);
+        continue;
+      }
+      auto p = info->partitions.find(partition.partition_index);
+      if (p == info->partitions.end()) {
+        fail(ErrorCode::kUnknownTopicOrPartition);
+        continue;
+      }
+      if (broker.partitions.Find(topic.name, partition.partition_index) == nullptr) {
+        fail(ErrorCode::kNotLeaderOrFollower);
+        continue;
+      }
+      if (partition.current_leader_epoch >= 0) {
+        if (partition.current_leader_epoch < p->second.leader_epoch) {
+          fail(ErrorCode::kFencedLeaderEpoch);
+          continue;
+        }
+        if (partition.current_leader_epoch > p->second.leader_epoch) {
+          fail(ErrorCode::kUnknownLeaderEpoch);
+          continue;
+        }
+      }
+      if (leader_only && p->second.leader != broker.node_id) {
+        fail(ErrorCode::kNotLeaderOrFollower);
+        continue;
+      }
+      storage::ListOffsetsPartition* lp = call.add_partitions();
+      lp->set_topic(topic.name);
+      lp->set_partition(partition.partition_index);
+      lp->set_timestamp(partition.timestamp);
+      pending->slots.push_back({&out, partition.timestamp, p->second.leader_epoch});
+    }
+  }
+
+  pending->ctx = std::move(ctx);
+  pending->respond = std::move(respond);
+  if (pending->slots.empty()) {
+    return pending->respond(EncodeResponse(*pending->ctx, pending->resp));
+  }
+  broker.storage.ListOffsets(
+      std::move(call), kStorageTimeout,
+      [pending, version](const grpc::Status& status, storage::ListOffsetsResponse& result) {
+        for (size_t i = 0; i < pending->slots.size(); ++i) {
+          const Pending::Slot& slot = pending->slots[i];
+          auto* out = slot.out;
+          if (!status.ok() || i >= static_cast<size_t>(result.partitions_size())) {
+            out->error_code = static_cast<int16_t>(status.ok() ? ErrorCode::kUnknownServerError
+                                                               : StorageCallError(status));
+            continue;
+          }
+          const storage::ListOffsetsPartitionResult& r = result.partitions(static_cast<int>(i));
+          out->error_code = static_cast<int16_t>(r.error_code());
+          if (r.error_code() != 0) continue;
+          out->offset = r.offset();
+          out->timestamp = r.timestamp();
+          if (version >= kFirstLeaderEpochVersion) {
+            out->leader_epoch =
+                slot.timestamp == kLatestTimestamp ? slot.leader_epoch : r.leader_epoch();
+          }
+        }
+        pending->respond(EncodeResponse(*pending->ctx, pending->resp));
+      });
+}
+
+}  // namespace runnel::brokerd

@@ -1,0 +1,116 @@
+// OffsetForLeaderEpoch (key 23), v2-v4 (v0-v1 are not served, as in Kafka 4): where a
+// leader epoch ends in the partition's log, which a consumer asks after a leader change to
+// find whether its position was truncated away (KIP-320), and a follower asks to truncate.
+// storaged answers from the partition's leader epoch cache, by Kafka's rules (see
+// OffsetsForLeaderEpoch in proto/runnel/storage.proto); an epoch it cannot place is
+// answered with no error and leader epoch / end offset -1.
+//
+// Checks per partition, in Kafka's order: unknown topic or partition, no local copy, the
+// current leader epoch (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH), leadership. The replica
+// id (v3+: -1 for consumers, -2 when unset) does not change the answer: Kafka uses it only
+// to authorize.
+#include <memory>
+
+#include "brokerd/handlers/handler.h"
+#include "brokerd/handlers/wait.h"
+
+namespace runnel::brokerd {
+namespace {
+
+using protocol::ErrorCode;
+using protocol::OffsetForLeaderEpochRequest;
+using protocol::OffsetForLeaderEpochResponse;
+
+constexpr std::chrono::milliseconds kStorageTimeout{15000};
+
+struct Pending {
+  std::unique_ptr<RequestContext> ctx;
+  Respond respond;
+  OffsetForLeaderEpochResponse resp;
+  std::vector<OffsetForLeaderEpochResponse::EpochEndOffset*> slots;  // call order
+};
+
+}  // namespace
+
+void HandleOffsetForLeaderEpoch(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
+                                Respond respond) {
+  OffsetForLeaderEpochRequest req;
+  if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
+
+  auto pending = std::make_shared<Pending>();
+  OffsetForLeaderEpochResponse& resp = pending->resp;
+  storage::OffsetsForLeaderEpochRequest call;
+  resp.topics.reserve(req.topics.size());
+  for (const auto& topic : req.topics) {
+    OffsetForLeaderEpochResponse::OffsetForLeaderTopicResult& t = resp.topics.emplace_back();
+    t.topic = topic.topic;
+    t.partitions.reserve(topic.partitions.size());
+    const TopicInfo* info = broker.metadata.FindTopic(topic.topic);
+    for (const auto& partition : topic.partitions) {
+      OffsetForLeaderEpochResponse::EpochEndOffset& out = t.partitions.emplace_back();
+      out.partition = partition.partition;
+      out.leader_epoch = -1;
+      out.end_offset = -1;
+      auto fail = [&out](ErrorCode error) { out.error_code = static_cast<int16_t>(error); };
+      if (info == nullptr) {
+        fail(ErrorCode::kUnknownTopicOrPartition);
+        continue;
+      }
+      auto p = info->partitions.find(partition.partition);
+      if (p == info->partitions.end()) {
+        fail(ErrorCode::kUnknownTopicOrPartition);
+        continue;
+      }
+      if (broker.partitions.Find(topic.topic, partition.partition) == nullptr) {
+        fail(ErrorCode::kNotLeaderOrFollower);
+        continue;
+      }
+      if (partition.current_leader_epoch >= 0) {
+        if (partition.current_leader_epoch < p->second.leader_epoch) {
+          fail(ErrorCode::kFencedLeaderEpoch);
+          continue;
+        }
+        if (partition.current_leader_epoch > p->second.leader_epoch) {
+          fail(ErrorCode::kUnknownLeaderEpoch);
+          continue;
+        }
+      }
+      if (p->second.leader != broker.node_id) {
+        fail(ErrorCode::kNotLeaderOrFollower);
+        continue;
+      }
+      storage::OffsetsForLeaderEpochPartition* op = call.add_partitions();
+      op->set_topic(topic.topic);
+      op->set_partition(partition.partition);
+      op->set_leader_epoch(partition.leader_epoch);
+      pending->slots.push_back(&out);
+    }
+  }
+
+  pending->ctx = std::move(ctx);
+  pending->respond = std::move(respond);
+  if (pending->slots.empty()) {
+    return pending->respond(EncodeResponse(*pending->ctx, pending->resp));
+  }
+  broker.storage.OffsetsForLeaderEpoch(
+      std::move(call), kStorageTimeout,
+      [pending](const grpc::Status& status, storage::OffsetsForLeaderEpochResponse& result) {
+        for (size_t i = 0; i < pending->slots.size(); ++i) {
+          auto* out = pending->slots[i];
+          if (!status.ok() || i >= static_cast<size_t>(result.partitions_size())) {
+            out->error_code = static_cast<int16_t>(status.ok() ? ErrorCode::kUnknownServerError
+                                                               : StorageCallError(status));
+            continue;
+          }
+          const storage::OffsetsForLeaderEpochPartitionResult& r =
+              result.partitions(static_cast<int>(i));
+          out->error_code = static_cast<int16_t>(r.error_code());
+          if (r.error_code() != 0) continue;
+          out->leader_epoch = r.leader_epoch();
+          out->end_offset = r.end_offset();
+        }
+        pending->respond(EncodeResponse(*pending->ctx, pending->resp));
+      });
+}
+
+}  // namespace runnel::brokerd

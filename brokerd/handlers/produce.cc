@@ -1,0 +1,200 @@
+// Produce (key 0): v3-v11 served, advertised from v0 because librdkafka reads the advertised
+// minimum; v0-v2 (message format v0/v1) are answered UNSUPPORTED_VERSION per partition, as
+// Kafka 4 does.
+//
+// brokerd checks what depends on the request (acks, topic, leadership, one v2 batch per
+// partition, zstd only from v7) and hands the batch bytes unchanged to storaged, which
+// validates them (CRC, records, sizes, timestamps), assigns offsets and appends. Appends
+// from all connections are gathered into few storaged calls (AppendBatcher). acks=0 is
+// never answered (a failed one closes the connection).
+#include <memory>
+
+#include "brokerd/append_batcher.h"
+#include "brokerd/handlers/handler.h"
+#include "brokerd/handlers/wait.h"
+#include "common/record/batch.h"
+
+namespace runnel::brokerd {
+namespace {
+
+using protocol::ErrorCode;
+using protocol::ProduceRequest;
+using protocol::ProduceResponse;
+
+constexpr int16_t kMinServedVersion = 3;
+constexpr int16_t kFirstZstdVersion = 7;
+constexpr size_t kMagicOffset = 16;
+constexpr size_t kAttributesOffset = 21;
+
+uint32_t BigEndian32(const uint8_t* p) {
+  return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3];
+}
+
+struct Check {
+  ErrorCode error = ErrorCode::kNone;
+  std::string message;
+};
+
+// Kafka's request-level rules for the records of one partition (v3+): exactly one batch,
+// magic 2, zstd only from v7. Everything inside the batch is storaged's to check.
+Check CheckRecords(const protocol::Records& records, int16_t version) {
+  if (records.IsNull() || records.data->empty()) {
+    return {ErrorCode::kInvalidRecord,
+            "Produce requests with version 3 and above must have exactly one record batch"};
+  }
+  const std::vector<uint8_t>& bytes = *records.data;
+  if (bytes.size() < record::kBatchHeaderSize) {
+    return {ErrorCode::kCorruptMessage, "the record batch is shorter than its header"};
+  }
+  const uint64_t length = BigEndian32(bytes.data() + 8);
+  if (record::kLogOverhead + length < bytes.size()) {
+    return {ErrorCode::kInvalidRecord,
+            "Produce requests with version 3 and above must have exactly one record batch"};
+  }
+  if (static_cast<int8_t>(bytes[kMagicOffset]) != record::kMagicV2) {
+    return {ErrorCode::kInvalidRecord,
+            "Produce requests with version 3 and above must use record batch magic 2"};
+  }
+  const int codec = bytes[kAttributesOffset + 1] & 0x07;
+  if (codec == static_cast<int>(record::Compression::kZstd) && version < kFirstZstdVersion) {
+    return {ErrorCode::kUnsupportedCompressionType,
+            "Produce requests with version below 7 cannot use zstd compression"};
+  }
+  return {};
+}
+
+// The response under construction, answered once every partition has its result.
+struct Pending {
+  std::unique_ptr<RequestContext> ctx;
+  Respond respond;
+  ProduceResponse resp;
+  int outstanding = 0;
+  bool answer = true;  // false for acks=0
+
+  void Done() {
+    if (--outstanding > 0) return;
+    if (answer) return respond(EncodeResponse(*ctx, resp));
+    // acks=0 gets no answer; a failure closes the connection instead (Kafka's way of
+    // telling such a producer to refresh its metadata).
+    for (const auto& t : resp.responses) {
+      for (const auto& p : t.partition_responses) {
+        if (p.error_code != 0) return respond(Response::Close());
+      }
+    }
+    respond(Response::None());
+  }
+};
+
+}  // namespace
+
+void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, Respond respond) {
+  ProduceRequest req;
+  if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
+  const int16_t version = ctx->header.api_version;
+
+  auto pending = std::make_shared<Pending>();
+  pending->answer = req.acks != 0;
+  ProduceResponse& resp = pending->resp;
+  // Every partition gets an entry now, in request order; appends fill theirs in later.
+  struct Work {
+    ProduceResponse::PartitionProduceResponse* out;
+    storage::AppendPartition append;
+  };
+  std::vector<Work> work;
+  resp.responses.reserve(req.topic_data.size());
+  for (auto& topic : req.topic_data) {
+    ProduceResponse::TopicProduceResponse& t = resp.responses.emplace_back();
+    t.name = topic.name;
+    t.partition_responses.reserve(topic.partition_data.size());
+  }
+  for (size_t ti = 0; ti < req.topic_data.size(); ++ti) {
+    auto& topic = req.topic_data[ti];
+    const TopicInfo* info = broker.metadata.FindTopic(topic.name);
+    for (auto& partition : topic.partition_data) {
+      ProduceResponse::PartitionProduceResponse& out =
+          resp.responses[ti].partition_responses.emplace_back();
+      out.index = partition.index;
+      out.base_offset = -1;
+      auto fail = [&out, version](ErrorCode error, std::string message) {
+        out.error_code = static_cast<int16_t>(error);
+        if (version >= 8 && !message.empty()) out.error_message = std::move(message);
+      };
+      if (version < kMinServedVersion) {
+        fail(ErrorCode::kUnsupportedVersion, "Produce v0-v2 (message format v0/v1) is not served");
+        continue;
+      }
+      if (req.acks != 0 && req.acks != 1 && req.acks != -1) {
+        fail(ErrorCode::kInvalidRequiredAcks, "acks must be 0, 1 or -1");
+        continue;
+      }
+      if (info == nullptr) {
+        fail(ErrorCode::kUnknownTopicOrPartition, "");
+        continue;
+      }
+      auto p = info->partitions.find(partition.index);
+      if (p == info->partitions.end()) {
+        fail(ErrorCode::kUnknownTopicOrPartition, "");
+        continue;
+      }
+      if (info->internal()) {
+        fail(ErrorCode::kInvalidTopicException,
+             fmt::format("Cannot append to internal topic {}", topic.name));
+        continue;
+      }
+      if (p->second.leader != broker.node_id ||
+          broker.partitions.Find(topic.name, partition.index) == nullptr) {
+        fail(ErrorCode::kNotLeaderOrFollower, "");
+        out.current_leader.leader_id = NodeId(p->second.leader);
+        out.current_leader.leader_epoch = p->second.leader_epoch;
+        continue;
+      }
+      Check check = CheckRecords(partition.records, version);
+      if (check.error != ErrorCode::kNone) {
+        fail(check.error, std::move(check.message));
+        continue;
+      }
+      storage::AppendPartition append;
+      append.set_topic(topic.name);
+      append.set_partition(partition.index);
+      append.set_leader_epoch(p->second.leader_epoch);
+      append.set_records(partition.records.data->data(), partition.records.data->size());
+      partition.records.data.reset();
+      work.push_back(Work{&out, std::move(append)});
+    }
+  }
+
+  pending->ctx = std::move(ctx);
+  pending->respond = std::move(respond);
+  pending->outstanding = static_cast<int>(work.size()) + 1;
+  const auto timeout = std::chrono::milliseconds(std::max(req.timeout_ms, 1000));
+  for (Work& w : work) {
+    auto* out = w.out;
+    broker.appends.Append(
+        std::move(w.append), timeout,
+        [pending, out, version](const grpc::Status& status,
+                                const storage::AppendPartitionResult& r) {
+          if (!status.ok()) {
+            out->error_code = static_cast<int16_t>(StorageCallError(status));
+            if (version >= 8) out->error_message = status.error_message();
+          } else {
+            out->error_code = static_cast<int16_t>(r.error_code());
+            out->base_offset = r.base_offset();
+            out->log_append_time_ms = r.log_append_time();
+            out->log_start_offset = r.log_start_offset();
+            if (r.error_code() != 0 && version >= 8) {
+              if (!r.error_message().empty()) out->error_message = r.error_message();
+              if (r.batch_index() >= 0) {
+                ProduceResponse::BatchIndexAndErrorMessage e;
+                e.batch_index = r.batch_index();
+                if (!r.error_message().empty()) e.batch_index_error_message = r.error_message();
+                out->record_errors.push_back(std::move(e));
+              }
+            }
+          }
+          pending->Done();
+        });
+  }
+  pending->Done();
+}
+
+}  // namespace runnel::brokerd

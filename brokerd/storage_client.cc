@@ -1,0 +1,123 @@
+#include "brokerd/storage_client.h"
+
+#include "common/grpc/unix_server.h"
+#include "common/log/log.h"
+
+namespace runnel::brokerd {
+namespace {
+
+std::shared_ptr<spdlog::logger> Log() {
+  static auto logger = log::Get("brokerd.storage");
+  return logger;
+}
+
+// One unary call's state, alive until its completion has run on the loop.
+template <typename Req, typename Resp>
+struct Call {
+  grpc::ClientContext ctx;
+  Req req;
+  Resp resp;
+};
+
+}  // namespace
+
+StorageClient::StorageClient(EventLoop& loop, const std::string& socket_path)
+    : loop_(loop),
+      channel_(grpcutil::UnixChannel(socket_path)),
+      stub_(storage::StorageService::NewStub(channel_)) {}
+
+StorageClient::~StorageClient() { Stop(); }
+
+#define RUNNEL_STORAGE_CALL(Method, ReqT, RespT)                                             \
+  void StorageClient::Method(ReqT req, std::chrono::milliseconds timeout, Done<RespT> done) { \
+    auto call = std::make_shared<Call<ReqT, RespT>>();                                       \
+    call->req = std::move(req);                                                              \
+    call->ctx.set_deadline(std::chrono::system_clock::now() + timeout);                      \
+    EventLoop* loop = &loop_;                                                                \
+    stub_->async()->Method(&call->ctx, &call->req, &call->resp,                              \
+                           [call, loop, done = std::move(done)](grpc::Status status) {       \
+                             loop->Post([call, status, done] { done(status, call->resp); }); \
+                           });                                                               \
+  }
+
+RUNNEL_STORAGE_CALL(Append, storage::AppendRequest, storage::AppendResponse)
+RUNNEL_STORAGE_CALL(Read, storage::ReadRequest, storage::ReadResponse)
+RUNNEL_STORAGE_CALL(ListOffsets, storage::ListOffsetsRequest, storage::ListOffsetsResponse)
+RUNNEL_STORAGE_CALL(DeleteRecords, storage::DeleteRecordsRequest, storage::DeleteRecordsResponse)
+RUNNEL_STORAGE_CALL(OffsetsForLeaderEpoch, storage::OffsetsForLeaderEpochRequest,
+                    storage::OffsetsForLeaderEpochResponse)
+RUNNEL_STORAGE_CALL(CreatePartitions, storage::PartitionsRequest, storage::PartitionsResponse)
+RUNNEL_STORAGE_CALL(DeletePartitions, storage::PartitionsRequest, storage::PartitionsResponse)
+RUNNEL_STORAGE_CALL(UpdatePartitionConfigs, storage::PartitionsRequest,
+                    storage::PartitionsResponse)
+RUNNEL_STORAGE_CALL(GetPartitionStates, storage::GetPartitionStatesRequest,
+                    storage::GetPartitionStatesResponse)
+
+#undef RUNNEL_STORAGE_CALL
+
+void StorageClient::DescribeLogDirs(std::chrono::milliseconds timeout,
+                                    Done<storage::DescribeLogDirsResponse> done) {
+  auto call =
+      std::make_shared<Call<storage::DescribeLogDirsRequest, storage::DescribeLogDirsResponse>>();
+  call->ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  EventLoop* loop = &loop_;
+  stub_->async()->DescribeLogDirs(&call->ctx, &call->req, &call->resp,
+                                  [call, loop, done = std::move(done)](grpc::Status status) {
+                                    loop->Post([call, status, done] { done(status, call->resp); });
+                                  });
+}
+
+void StorageClient::StartWatch(
+    std::function<void(const storage::PartitionChange&, bool snapshot)> apply,
+    std::function<void()> lost) {
+  apply_ = std::move(apply);
+  lost_ = std::move(lost);
+  watch_thread_ = std::thread([this] { WatchLoop(); });
+}
+
+void StorageClient::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ && !watch_thread_.joinable()) return;
+    stopping_ = true;
+    if (watch_ctx_ != nullptr) watch_ctx_->TryCancel();
+  }
+  cv_.notify_all();
+  if (watch_thread_.joinable()) watch_thread_.join();
+}
+
+void StorageClient::WatchLoop() {
+  std::chrono::milliseconds backoff(50);
+  while (true) {
+    grpc::ClientContext ctx;
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      watch_ctx_ = &ctx;
+    }
+    auto reader = stub_->WatchPartitions(&ctx, storage::WatchPartitionsRequest());
+    auto change = std::make_shared<storage::PartitionChange>();
+    bool first = true;
+    while (reader->Read(change.get())) {
+      loop_.Post([this, change, first] { apply_(*change, first); });
+      first = false;
+      change = std::make_shared<storage::PartitionChange>();
+    }
+    grpc::Status status = reader->Finish();
+    {
+      std::lock_guard lock(mu_);
+      watch_ctx_ = nullptr;
+      if (stopping_) return;
+    }
+    if (!first) {
+      backoff = std::chrono::milliseconds(50);
+      loop_.Post([this] { lost_(); });
+      Log()->warn("partition watch ended ({}); reconnecting", status.error_message());
+    }
+    std::unique_lock lock(mu_);
+    if (cv_.wait_for(lock, backoff, [this] { return stopping_; })) return;
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+}
+
+}  // namespace runnel::brokerd

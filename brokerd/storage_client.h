@@ -1,0 +1,82 @@
+// brokerd's client of runnel-storaged (proto/runnel/storage.proto).
+//
+// Like ControllerClient: unary calls use gRPC's callback API and never block the loop; the
+// completion runs on a gRPC thread and is posted to the loop, where `done` runs. The
+// partition watch (WatchPartitions) runs on its own thread and posts every message to the
+// loop; when the stream breaks (storaged restarted) it reconnects with a capped backoff, and
+// the first message of each stream is a full snapshot.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "brokerd/net/event_loop.h"
+#include "proto/runnel/storage.grpc.pb.h"
+
+namespace runnel::brokerd {
+
+class StorageClient {
+ public:
+  StorageClient(EventLoop& loop, const std::string& socket_path);
+  ~StorageClient();
+
+  template <typename Resp>
+  using Done = std::function<void(const grpc::Status&, Resp&)>;
+
+  // Each takes the request by value (moved into the call) and a timeout.
+  void Append(storage::AppendRequest req, std::chrono::milliseconds timeout,
+              Done<storage::AppendResponse> done);
+  void Read(storage::ReadRequest req, std::chrono::milliseconds timeout,
+            Done<storage::ReadResponse> done);
+  void ListOffsets(storage::ListOffsetsRequest req, std::chrono::milliseconds timeout,
+                   Done<storage::ListOffsetsResponse> done);
+  void DeleteRecords(storage::DeleteRecordsRequest req, std::chrono::milliseconds timeout,
+                     Done<storage::DeleteRecordsResponse> done);
+  void OffsetsForLeaderEpoch(storage::OffsetsForLeaderEpochRequest req,
+                             std::chrono::milliseconds timeout,
+                             Done<storage::OffsetsForLeaderEpochResponse> done);
+  void DescribeLogDirs(std::chrono::milliseconds timeout,
+                       Done<storage::DescribeLogDirsResponse> done);
+  void CreatePartitions(storage::PartitionsRequest req, std::chrono::milliseconds timeout,
+                        Done<storage::PartitionsResponse> done);
+  void DeletePartitions(storage::PartitionsRequest req, std::chrono::milliseconds timeout,
+                        Done<storage::PartitionsResponse> done);
+  void UpdatePartitionConfigs(storage::PartitionsRequest req, std::chrono::milliseconds timeout,
+                              Done<storage::PartitionsResponse> done);
+  void GetPartitionStates(storage::GetPartitionStatesRequest req,
+                          std::chrono::milliseconds timeout,
+                          Done<storage::GetPartitionStatesResponse> done);
+
+  // Starts the watch thread. `apply` runs on the loop for each message; `snapshot` is true
+  // for the first message of a stream (every partition's state, replacing what was known).
+  // `lost` runs on the loop when a stream that had delivered messages breaks.
+  void StartWatch(std::function<void(const storage::PartitionChange&, bool snapshot)> apply,
+                  std::function<void()> lost);
+  // Stops the watch thread (cancels the stream) and waits for it.
+  void Stop();
+
+ private:
+  void WatchLoop();
+
+  EventLoop& loop_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<storage::StorageService::Stub> stub_;
+
+  std::function<void(const storage::PartitionChange&, bool)> apply_;
+  std::function<void()> lost_;
+  std::thread watch_thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  grpc::ClientContext* watch_ctx_ = nullptr;  // guarded by mu_
+};
+
+}  // namespace runnel::brokerd

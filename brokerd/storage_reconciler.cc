@@ -1,0 +1,174 @@
+#include "brokerd/storage_reconciler.h"
+
+#include <algorithm>
+
+#include "common/log/log.h"
+#include "common/protocol/error_code.h"
+
+namespace runnel::brokerd {
+namespace {
+
+std::shared_ptr<spdlog::logger> Log() {
+  static auto logger = log::Get("brokerd.storage");
+  return logger;
+}
+
+constexpr std::chrono::milliseconds kCallTimeout{30000};
+constexpr uint64_t kRetryMs = 1000;
+
+bool HostedHere(const PartitionInfo& p, int32_t node_id) {
+  return std::find(p.replicas.begin(), p.replicas.end(), node_id) != p.replicas.end();
+}
+
+void AddSpec(storage::PartitionsRequest* req, const std::string& topic, int32_t partition,
+             const std::string& topic_id, const std::map<std::string, std::string>* configs) {
+  storage::PartitionSpec* spec = req->add_partitions();
+  spec->set_topic(topic);
+  spec->set_partition(partition);
+  spec->set_topic_id(topic_id);
+  if (configs != nullptr) spec->mutable_configs()->insert(configs->begin(), configs->end());
+}
+
+// Errors a pass may meet and go on: the log is already as wanted.
+bool Settled(const storage::PartitionResult& r) {
+  return r.error_code() == 0 ||
+         r.error_code() == static_cast<int32_t>(protocol::ErrorCode::kTopicAlreadyExists) ||
+         r.error_code() == static_cast<int32_t>(protocol::ErrorCode::kUnknownTopicOrPartition);
+}
+
+}  // namespace
+
+StorageReconciler::StorageReconciler(EventLoop& loop, const MetadataCache& metadata,
+                                     PartitionStates& states, StorageClient& storage,
+                                     int32_t node_id, ConfigsFor configs_for)
+    : loop_(loop),
+      metadata_(metadata),
+      states_(states),
+      storage_(storage),
+      node_id_(node_id),
+      configs_for_(std::move(configs_for)) {
+  uv_timer_init(loop_.raw(), &retry_timer_);
+  retry_timer_.data = this;
+}
+
+StorageReconciler::~StorageReconciler() = default;
+
+void StorageReconciler::Close() {
+  if (closed_) return;
+  closed_ = true;
+  uv_timer_stop(&retry_timer_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&retry_timer_), nullptr);
+}
+
+void StorageReconciler::Kick() {
+  if (closed_) return;
+  if (running_) {
+    again_ = true;
+    return;
+  }
+  Pass();
+}
+
+void StorageReconciler::Pass() {
+  if (!metadata_.ready() || !states_.ready()) return;
+  running_ = true;
+  again_ = false;
+
+  storage::PartitionsRequest deletes, creates, updates;
+  // Logs storaged has that the metadata no longer places here, under this topic id.
+  for (const auto& [key, stored] : states_.all()) {
+    const TopicInfo* topic = metadata_.FindTopic(key.first);
+    bool keep = false;
+    if (topic != nullptr && topic->id.ToString() == stored.topic_id) {
+      auto p = topic->partitions.find(key.second);
+      keep = p != topic->partitions.end() && HostedHere(p->second, node_id_);
+    }
+    if (!keep) AddSpec(&deletes, key.first, key.second, stored.topic_id, nullptr);
+  }
+  std::map<std::string, std::map<std::string, std::string>> configs_now;
+  for (const auto& [name, topic] : metadata_.topics()) {
+    std::string id = topic.id.ToString();
+    const std::map<std::string, std::string>* configs = nullptr;
+    for (const auto& [index, partition] : topic.partitions) {
+      if (!HostedHere(partition, node_id_)) continue;
+      if (configs == nullptr) {
+        configs = &(configs_now[name] = configs_for_(metadata_, topic));
+      }
+      const StoredPartition* stored = states_.Find(name, index);
+      if (stored == nullptr) {
+        AddSpec(&creates, name, index, id, configs);
+      } else if (stored->topic_id == id) {
+        auto pushed = pushed_configs_.find(name);
+        if (pushed == pushed_configs_.end() || pushed->second != *configs) {
+          AddSpec(&updates, name, index, id, configs);
+        }
+      }
+      // A stored log under another topic id is deleted above and created on the next pass.
+    }
+  }
+
+  if (deletes.partitions_size() + creates.partitions_size() + updates.partitions_size() == 0) {
+    in_sync_ = true;
+    pushed_configs_ = std::move(configs_now);
+    return PassDone(true);
+  }
+  in_sync_ = false;
+  for (const auto& s : deletes.partitions()) {
+    Log()->info("deleting the log of {}-{} (no longer placed here)", s.topic(), s.partition());
+  }
+  if (creates.partitions_size() > 0) {
+    Log()->info("creating {} partition log(s)", creates.partitions_size());
+  }
+  auto configs = std::make_shared<std::map<std::string, std::map<std::string, std::string>>>(
+      std::move(configs_now));
+  auto ok = std::make_shared<bool>(true);
+  auto check = [ok](const char* what, const grpc::Status& status,
+                    const storage::PartitionsResponse& resp) {
+    if (!status.ok()) {
+      Log()->warn("{} partitions: storaged call failed: {}", what, status.error_message());
+      *ok = false;
+      return;
+    }
+    for (const auto& r : resp.partitions()) {
+      if (Settled(r)) continue;
+      Log()->warn("{} {}-{}: error {}: {}", what, r.topic(), r.partition(), r.error_code(),
+                  r.error_message());
+      *ok = false;
+    }
+  };
+  // Deletes, then creates, then config updates, one call each.
+  storage_.DeletePartitions(
+      std::move(deletes), kCallTimeout,
+      [this, creates = std::move(creates), updates = std::move(updates), configs, ok, check](
+          const grpc::Status& s1, storage::PartitionsResponse& r1) mutable {
+        check("delete", s1, r1);
+        storage_.CreatePartitions(
+            std::move(creates), kCallTimeout,
+            [this, updates = std::move(updates), configs, ok, check](
+                const grpc::Status& s2, storage::PartitionsResponse& r2) mutable {
+              check("create", s2, r2);
+              storage_.UpdatePartitionConfigs(
+                  std::move(updates), kCallTimeout,
+                  [this, configs, ok, check](const grpc::Status& s3,
+                                             storage::PartitionsResponse& r3) {
+                    check("update configs of", s3, r3);
+                    if (*ok) pushed_configs_ = std::move(*configs);
+                    PassDone(*ok);
+                  });
+            });
+      });
+}
+
+void StorageReconciler::PassDone(bool ok) {
+  running_ = false;
+  if (closed_) return;
+  if (!ok) {
+    uv_timer_start(
+        &retry_timer_, [](uv_timer_t* t) { static_cast<StorageReconciler*>(t->data)->Kick(); },
+        kRetryMs, 0);
+    return;
+  }
+  if (again_) Pass();
+}
+
+}  // namespace runnel::brokerd

@@ -1,0 +1,59 @@
+// Keeps storaged's partition logs in step with the cluster metadata: creates the logs of
+// partitions placed on this node, deletes those of deleted topics (or of a topic id that no
+// longer exists under the name), and pushes topic config changes.
+//
+// It runs on the loop after every metadata update and every storaged snapshot, one pass at
+// a time; a pass that fails is retried after a second. storaged restarting is covered: its
+// fresh snapshot starts a new pass.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include <uv.h>
+
+#include "brokerd/metadata_cache.h"
+#include "brokerd/partition_states.h"
+#include "brokerd/storage_client.h"
+
+namespace runnel::brokerd {
+
+class StorageReconciler {
+ public:
+  // `configs_for` gives the configs storaged should apply to a topic.
+  using ConfigsFor =
+      std::function<std::map<std::string, std::string>(const MetadataCache&, const TopicInfo&)>;
+
+  StorageReconciler(EventLoop& loop, const MetadataCache& metadata, PartitionStates& states,
+                    StorageClient& storage, int32_t node_id, ConfigsFor configs_for);
+  ~StorageReconciler();
+
+  // Starts a pass now, or after the one running.
+  void Kick();
+  // Closes the retry timer (loop thread, before the loop ends).
+  void Close();
+
+  // True when the last pass found nothing to do (for tests and waiting handlers).
+  bool in_sync() const { return in_sync_; }
+
+ private:
+  void Pass();
+  void PassDone(bool ok);
+
+  EventLoop& loop_;
+  const MetadataCache& metadata_;
+  PartitionStates& states_;
+  StorageClient& storage_;
+  int32_t node_id_;
+  ConfigsFor configs_for_;
+  bool running_ = false;
+  bool again_ = false;
+  bool in_sync_ = false;
+  bool closed_ = false;
+  uv_timer_t retry_timer_;
+  // What each topic's partitions were last given, by topic name.
+  std::map<std::string, std::map<std::string, std::string>> pushed_configs_;
+};
+
+}  // namespace runnel::brokerd

@@ -1,0 +1,226 @@
+// brokerd's side of storaged: AppendBatcher's ordering and batching, and PartitionStates fed
+// by the real watch stream, against a real StorageService on a Unix socket.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "brokerd/append_batcher.h"
+#include "brokerd/partition_states.h"
+#include "brokerd/storage_client.h"
+#include "common/grpc/unix_server.h"
+#include "common/protocol/uuid.h"
+#include "common/record/batch.h"
+#include "storaged/storage_service.h"
+
+namespace runnel::brokerd {
+namespace {
+
+std::string Batch(int count, const std::string& value) {
+  record::BatchBuilder b({});
+  for (int i = 0; i < count; ++i) {
+    b.Add(1000 + i, record::ByteSpan(),
+          record::ByteSpan(reinterpret_cast<const uint8_t*>(value.data()), value.size()));
+  }
+  auto bytes = b.Build();
+  EXPECT_TRUE(bytes.ok());
+  return bytes.ok() ? std::string(bytes->begin(), bytes->end()) : std::string();
+}
+
+class StoragePathTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/rnl-sp-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    auto dirs = storaged::LogDirs::Open({root_ + "/logs"}, 1);
+    ASSERT_TRUE(dirs.ok()) << dirs.status();
+    dirs_ = std::make_unique<storaged::LogDirs>(std::move(*dirs));
+    storaged::LogManagerOptions options;
+    options.dirs = {dirs_->dirs()[0].path};
+    options.cleaner_enable = false;
+    auto logs = storaged::LogManager::Open(options);
+    ASSERT_TRUE(logs.ok()) << logs.status();
+    logs_ = std::move(*logs);
+    service_ = std::make_unique<storaged::StorageServiceImpl>(*dirs_, *logs_);
+    socket_ = root_ + "/s.sock";
+    auto server = grpcutil::StartUnixServer(socket_, {service_.get()});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    client_ = std::make_unique<StorageClient>(loop_, socket_);
+    loop_thread_ = std::thread([this] { loop_.Run(); });
+  }
+
+  void TearDown() override {
+    client_->Stop();
+    loop_.Stop([] {});
+    if (loop_thread_.joinable()) loop_thread_.join();
+    client_.reset();
+    service_->Shutdown();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    server_->Wait();
+    service_.reset();
+    ASSERT_TRUE(logs_->Shutdown().ok());
+    logs_.reset();
+    dirs_.reset();
+    std::filesystem::remove_all(root_);
+  }
+
+  // Runs `fn` on the loop and waits for it.
+  template <typename Fn>
+  void OnLoop(Fn fn) {
+    std::promise<void> done;
+    loop_.Post([&] {
+      fn();
+      done.set_value();
+    });
+    ASSERT_EQ(done.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  }
+
+  void CreatePartitions(int n) {
+    std::promise<storage::PartitionsResponse> result;
+    storage::PartitionsRequest req;
+    std::string id = protocol::Uuid::Random().ToString();
+    for (int p = 0; p < n; ++p) {
+      auto* spec = req.add_partitions();
+      spec->set_topic("t");
+      spec->set_partition(p);
+      spec->set_topic_id(id);
+    }
+    OnLoop([&] {
+      client_->CreatePartitions(req, std::chrono::seconds(10),
+                                [&](const grpc::Status& s, storage::PartitionsResponse& r) {
+                                  EXPECT_TRUE(s.ok()) << s.error_message();
+                                  result.set_value(r);
+                                });
+    });
+    auto f = result.get_future();
+    ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    storage::PartitionsResponse resp = f.get();
+    for (const auto& r : resp.partitions()) EXPECT_EQ(r.error_code(), 0) << r.error_message();
+  }
+
+  std::string root_, socket_;
+  std::unique_ptr<storaged::LogDirs> dirs_;
+  std::unique_ptr<storaged::LogManager> logs_;
+  std::unique_ptr<storaged::StorageServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  EventLoop loop_;
+  std::unique_ptr<StorageClient> client_;
+  std::thread loop_thread_;
+};
+
+// Many appends queued at once to few partitions, with one call in flight at a time and a
+// small byte bound per call so they need many calls: every partition's appends get
+// consecutive offsets in the order they were queued.
+TEST_F(StoragePathTest, AppendsKeepTheirOrderPerPartitionAcrossCalls) {
+  CreatePartitions(3);
+  AppendBatcher batcher(loop_, *client_, /*max_calls_in_flight=*/2, /*max_bytes_per_call=*/300);
+  constexpr int kAppends = 60;
+  std::promise<void> all_done;
+  std::vector<std::pair<int, int64_t>> results(kAppends, {-1, -1});
+  int finished = 0;
+  OnLoop([&] {
+    for (int i = 0; i < kAppends; ++i) {
+      storage::AppendPartition a;
+      a.set_topic("t");
+      a.set_partition(i % 3);
+      a.set_records(Batch(2, "value-" + std::to_string(i)));
+      batcher.Append(std::move(a), std::chrono::seconds(10),
+                     [&, i](const grpc::Status& s, const storage::AppendPartitionResult& r) {
+                       EXPECT_TRUE(s.ok()) << s.error_message();
+                       results[i] = {r.error_code(), r.base_offset()};
+                       if (++finished == kAppends) all_done.set_value();
+                     });
+    }
+  });
+  ASSERT_EQ(all_done.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  OnLoop([] {});  // the batcher's last callback has returned
+  for (int i = 0; i < kAppends; ++i) {
+    EXPECT_EQ(results[i].first, 0) << i;
+    // The k-th append to a partition holds offsets 2k and 2k+1.
+    EXPECT_EQ(results[i].second, 2 * (i / 3)) << "append " << i;
+  }
+}
+
+// A bad batch fails only its own entry, not the others sharing its call.
+TEST_F(StoragePathTest, ABadAppendFailsAlone) {
+  CreatePartitions(1);
+  AppendBatcher batcher(loop_, *client_);
+  std::promise<void> all_done;
+  std::vector<int> errors(3, -1);
+  int finished = 0;
+  OnLoop([&] {
+    for (int i = 0; i < 3; ++i) {
+      storage::AppendPartition a;
+      a.set_topic("t");
+      a.set_partition(0);
+      std::string bytes = Batch(1, "x");
+      if (i == 1) bytes[bytes.size() - 1] ^= 0x5a;  // breaks the CRC
+      a.set_records(bytes);
+      batcher.Append(std::move(a), std::chrono::seconds(10),
+                     [&, i](const grpc::Status& s, const storage::AppendPartitionResult& r) {
+                       errors[i] = r.error_code();
+                       if (++finished == 3) all_done.set_value();
+                     });
+    }
+  });
+  ASSERT_EQ(all_done.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  OnLoop([] {});  // the batcher's last callback has returned
+  EXPECT_EQ(errors[0], 0);
+  EXPECT_EQ(errors[1], static_cast<int>(protocol::ErrorCode::kCorruptMessage));
+  EXPECT_EQ(errors[2], 0);
+}
+
+// The watch stream's snapshot and changes reach PartitionStates, and a Watch on a partition
+// fires when an append moves its end.
+TEST_F(StoragePathTest, WatchFiresWhenAPartitionGrows) {
+  CreatePartitions(2);
+  PartitionStates states;
+  std::promise<void> ready;
+  bool ready_set = false;
+  OnLoop([&] {
+    client_->StartWatch(
+        [&](const storage::PartitionChange& c, bool snapshot) {
+          states.Apply(c, snapshot);
+          if (!ready_set && states.all().size() == 2) {
+            ready_set = true;
+            ready.set_value();
+          }
+        },
+        [&] { states.MarkLost(); });
+  });
+  ASSERT_EQ(ready.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  std::promise<int64_t> fired;
+  AppendBatcher batcher(loop_, *client_);
+  OnLoop([&] {
+    EXPECT_EQ(states.Find("t", 1)->log_end_offset, 0);
+    states.Watch({{"t", 1}}, [&] { fired.set_value(states.Find("t", 1)->log_end_offset); });
+    // A change to another partition does not fire it.
+    storage::AppendPartition other;
+    other.set_topic("t");
+    other.set_partition(0);
+    other.set_records(Batch(1, "a"));
+    batcher.Append(std::move(other), std::chrono::seconds(10),
+                   [](const grpc::Status&, const storage::AppendPartitionResult&) {});
+  });
+  auto f = fired.get_future();
+  EXPECT_EQ(f.wait_for(std::chrono::milliseconds(500)), std::future_status::timeout);
+  OnLoop([&] {
+    storage::AppendPartition a;
+    a.set_topic("t");
+    a.set_partition(1);
+    a.set_records(Batch(3, "b"));
+    batcher.Append(std::move(a), std::chrono::seconds(10),
+                   [](const grpc::Status&, const storage::AppendPartitionResult&) {});
+  });
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(f.get(), 3);
+  OnLoop([&] { EXPECT_EQ(states.watch_count(), 0u); });
+  client_->Stop();  // no more posts into `states`
+}
+
+}  // namespace
+}  // namespace runnel::brokerd
