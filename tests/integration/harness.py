@@ -128,6 +128,32 @@ class Node:
                                    "state": parts[2], "restarts": int(parts[-1])}
         return roles
 
+    def role_pid(self, role):
+        """The pid of a role daemon (e.g. "brokerd"), checked to be a child of this node's
+        supervisor, so a test only ever signals processes it started."""
+        pid = self.status()[role]["pid"]
+        if not pid or self.proc is None:
+            raise RuntimeError(f"{role} has no pid: {self.status()}")
+        with open(f"/proc/{pid}/stat") as f:
+            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        if ppid != self.proc.pid:
+            raise RuntimeError(f"{role} pid {pid} is not a child of supervisor {self.proc.pid}")
+        return pid
+
+    def kill_role(self, role, sig=signal.SIGKILL):
+        """Signals one role daemon; returns its pid."""
+        pid = self.role_pid(role)
+        os.kill(pid, sig)
+        return pid
+
+    def wait_role_restarted(self, role, old_pid, timeout=60):
+        """Waits until the supervisor has replaced `old_pid` with a serving daemon."""
+        def restarted():
+            r = self.status()[role]
+            return r["pid"] not in (0, old_pid) and r["state"] == "serving"
+        wait_until(restarted, timeout, f"{role} restarted by the supervisor")
+        self.wait_ready(timeout)
+
     def log(self):
         try:
             with open(self.log_path, errors="replace") as f:

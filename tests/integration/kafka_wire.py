@@ -1,0 +1,243 @@
+"""Hand-built Kafka requests for the cases no client will send: bad CRCs, two batches for
+one partition, acks=2, removed Produce versions. Also reads record batch headers back, so a
+test can see how the broker stored a batch (its compression, its offsets).
+
+Only what the integration tests need: Produce v2..v8 (non-flexible), Fetch v4, record
+batch v2 with uncompressed records.
+"""
+import socket
+import struct
+
+from harness import read_response, send_request
+
+# Kafka error codes the tests assert (the protocol guide's table).
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+MESSAGE_TOO_LARGE = 10
+INVALID_REQUIRED_ACKS = 21
+UNSUPPORTED_VERSION = 35
+INVALID_RECORD = 87
+
+PRODUCE = 0
+FETCH = 1
+
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def _crc32c_table():
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC_TABLE = _crc32c_table()
+
+
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _CRC_TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def varint(n):
+    """Zigzag varint, as record fields are written."""
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while True:
+        b = z & 0x7F
+        z >>= 7
+        if z:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _varbytes(b):
+    return varint(-1) if b is None else varint(len(b)) + b
+
+
+def encode_record(offset_delta, timestamp_delta, key, value, headers=()):
+    body = b"\x00" + varint(timestamp_delta) + varint(offset_delta) + _varbytes(key) + \
+        _varbytes(value) + varint(len(headers))
+    for name, hv in headers:
+        body += _varbytes(name.encode()) + _varbytes(hv)
+    return varint(len(body)) + body
+
+
+def record_batch(values, timestamp_ms, key=None, base_offset=0, corrupt_crc=False,
+                 attributes=0):
+    """One uncompressed record batch (magic 2) of `values`, every record with `key`."""
+    records = b"".join(encode_record(i, 0, key, v) for i, v in enumerate(values))
+    n = len(values)
+    # Everything after the CRC field: attributes .. records.
+    after_crc = struct.pack(">hiqqqhii", attributes, n - 1, timestamp_ms, timestamp_ms, -1, -1, -1,
+                            n) + records
+    crc = crc32c(after_crc)
+    if corrupt_crc:
+        crc ^= 0x5A5A5A5A
+    # batch length counts from the partition leader epoch to the end.
+    batch_length = 4 + 1 + 4 + len(after_crc)
+    return struct.pack(">qiibI", base_offset, batch_length, -1, 2, crc) + after_crc
+
+
+def _string(s):
+    if s is None:
+        return struct.pack(">h", -1)
+    b = s.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+def produce_body(version, acks, timeout_ms, topic, partition_records):
+    """Produce request body, v0..v8. partition_records: {partition: bytes}."""
+    body = b""
+    if version >= 3:
+        body += _string(None)  # transactional id
+    body += struct.pack(">hi", acks, timeout_ms) + struct.pack(">i", 1) + _string(topic)
+    body += struct.pack(">i", len(partition_records))
+    for p, records in partition_records.items():
+        body += struct.pack(">ii", p, len(records)) + records
+    return body
+
+
+class Reader:
+    def __init__(self, data):
+        self.data = data
+        self.pos = 0
+
+    def take(self, fmt):
+        values = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return values if len(values) > 1 else values[0]
+
+    def string(self):
+        n = self.take(">h")
+        if n < 0:
+            return None
+        s = self.data[self.pos:self.pos + n].decode()
+        self.pos += n
+        return s
+
+    def bytes(self):
+        n = self.take(">i")
+        if n < 0:
+            return None
+        b = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+
+def parse_produce_response(payload, version):
+    """{(topic, partition): {"error": code, "base_offset": n, ...}} of a v0..v8 answer."""
+    r = Reader(payload)
+    out = {}
+    for _ in range(r.take(">i")):
+        topic = r.string()
+        for _ in range(r.take(">i")):
+            index, error, base_offset = r.take(">ihq")
+            entry = {"error": error, "base_offset": base_offset}
+            if version >= 2:
+                entry["log_append_time"] = r.take(">q")
+            if version >= 5:
+                entry["log_start_offset"] = r.take(">q")
+            if version >= 8:
+                entry["record_errors"] = [(r.take(">i"), r.string()) for _ in range(r.take(">i"))]
+                entry["error_message"] = r.string()
+            out[(topic, index)] = entry
+    if version >= 1:
+        r.take(">i")  # throttle time
+    if r.pos != len(payload):
+        raise AssertionError(
+            f"{len(payload) - r.pos} bytes left over in a Produce v{version} answer")
+    return out
+
+
+class Connection:
+    """One client connection; requests are sent and answered one at a time."""
+
+    def __init__(self, bootstrap, timeout=30):
+        host, port = bootstrap.split(",")[0].rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock.settimeout(timeout)
+        self.correlation_id = 100
+
+    def request(self, api_key, version, body, expect_response=True):
+        self.correlation_id += 1
+        send_request(self.sock, api_key, version, self.correlation_id, body)
+        if not expect_response:
+            return None
+        corr, payload = read_response(self.sock)
+        if corr != self.correlation_id:
+            raise AssertionError(f"answer to correlation id {corr}, expected {self.correlation_id}")
+        return payload
+
+    def produce(self, version, acks, topic, partition_records, timeout_ms=10000):
+        payload = self.request(PRODUCE, version,
+                               produce_body(version, acks, timeout_ms, topic, partition_records))
+        return parse_produce_response(payload, version)
+
+    def fetch(self, topic, partition, offset, max_wait_ms=100, max_bytes=1 << 20):
+        """Fetch v4 of one partition: (error, high watermark, record bytes)."""
+        body = struct.pack(">iiiib", -1, max_wait_ms, 1, max_bytes, 0) + struct.pack(">i", 1) + \
+            _string(topic) + struct.pack(">i", 1) + \
+            struct.pack(">iqi", partition, offset, max_bytes)
+        r = Reader(self.request(FETCH, 4, body))
+        r.take(">i")  # throttle time
+        result = None
+        for _ in range(r.take(">i")):
+            name = r.string()
+            for _ in range(r.take(">i")):
+                index, error, high_watermark, _last_stable = r.take(">ihqq")
+                aborted = r.take(">i")
+                for _ in range(max(aborted, 0)):
+                    r.take(">qq")
+                records = r.bytes() or b""
+                if name == topic and index == partition:
+                    result = (error, high_watermark, records)
+        if result is None:
+            raise AssertionError(f"no {topic}-{partition} in the Fetch answer")
+        return result
+
+    def api_keys(self):
+        """The API keys the broker advertises (ApiVersions v0)."""
+        r = Reader(self.request(18, 0, b""))
+        error = r.take(">h")
+        if error != 0:
+            raise AssertionError(f"ApiVersions error {error}")
+        return {r.take(">hhh")[0] for _ in range(r.take(">i"))}
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def batch_headers(records):
+    """The batch headers in fetched record bytes: [{base_offset, count, codec, ...}].
+    A partial batch at the end (cut by max bytes) is left out."""
+    out = []
+    pos = 0
+    while pos + 61 <= len(records):
+        base_offset, length = struct.unpack_from(">qi", records, pos)
+        if pos + 12 + length > len(records):
+            break
+        magic = records[pos + 16]
+        attributes, last_offset_delta = struct.unpack_from(">hi", records, pos + 21)
+        first_ts, max_ts = struct.unpack_from(">qq", records, pos + 27)
+        (count,) = struct.unpack_from(">i", records, pos + 57)
+        out.append({"base_offset": base_offset, "magic": magic, "codec": attributes & 7,
+                    "timestamp_type": (attributes >> 3) & 1, "last_offset_delta": last_offset_delta,
+                    "count": count, "first_timestamp": first_ts, "max_timestamp": max_ts})
+        pos += 12 + length
+    return out
