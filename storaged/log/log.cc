@@ -646,24 +646,31 @@ OffsetLookup Log::LookupTimestamp(int64_t timestamp) const {
       return out;
     }
     if (!*loc) continue;
+    // The batch found may lie wholly below the log start (DeleteRecords moves it inside a
+    // segment), so the search goes on through the later batches of this segment.
     bool found = false;
-    Status s = seg->ForEachRecordIn(**loc, [&](int64_t offset, int64_t ts, const record::Record&) {
-      if (ts >= timestamp && offset >= start) {
-        out.offset = offset;
-        out.timestamp = ts;
-        found = true;
-        return false;
-      }
-      return true;
+    Status record_error;
+    Status s = seg->ScanBatches((*loc)->position, seg->size(), [&](const BatchLocation& batch) {
+      if (batch.last_offset < start || batch.max_timestamp < timestamp) return true;
+      record_error =
+          seg->ForEachRecordIn(batch, [&](int64_t offset, int64_t ts, const record::Record&) {
+            if (ts >= timestamp && offset >= start) {
+              out.offset = offset;
+              out.timestamp = ts;
+              out.leader_epoch = batch.partition_leader_epoch;
+              found = true;
+              return false;
+            }
+            return true;
+          });
+      return record_error.ok() && !found;
     });
-    if (!s.ok()) {
+    if (!s.ok() || !record_error.ok()) {
+      out = OffsetLookup();
       out.error = ErrorCode::kKafkaStorageError;
       return out;
     }
-    if (found) {
-      out.leader_epoch = (*loc)->partition_leader_epoch;
-      return out;
-    }
+    if (found) return out;
   }
   return out;  // nothing at or after the timestamp: -1, -1
 }

@@ -212,6 +212,22 @@ TEST_F(LogTest, ListOffsetsByTimestamp) {
   EXPECT_EQ(none.timestamp, -1);
 }
 
+// DeleteRecords moves the log start inside a segment: a timestamp that the deleted records
+// match finds the first record left, also when the batch the time index points to lies
+// wholly below the log start.
+TEST_F(LogTest, ListOffsetsByTimestampSkipsDeletedRecords) {
+  auto log = Open(LogConfig());
+  ASSERT_EQ(Append(*log, 3, 100).error, ErrorCode::kNone);  // offsets 0-2, ts 100-102
+  ASSERT_EQ(Append(*log, 3, 103).error, ErrorCode::kNone);  // offsets 3-5, ts 103-105
+  ErrorCode error;
+  ASSERT_TRUE(log->DeleteRecordsBefore(4, &error).ok());
+  OffsetLookup t = log->ListOffset(100);
+  EXPECT_EQ(t.offset, 4);
+  EXPECT_EQ(t.timestamp, 104);
+  EXPECT_EQ(log->ListOffset(105).offset, 5);
+  EXPECT_EQ(log->ListOffset(106).offset, -1);
+}
+
 TEST_F(LogTest, DeleteRecordsMovesLogStartAndRetentionDropsWholeSegments) {
   LogConfig config;
   config.segment_bytes = 1000;
