@@ -189,7 +189,14 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     // Responses that handlers give while these frames are parsed go out in one write.
     parsing_ = true;
     for (int i = 0; i < kMaxReadsPerWakeup && reading_ && !closing_ && !close_requested_; ++i) {
-      ssize_t n = ::read(fd_, read_buf_, sizeof(read_buf_));
+      // The rest of a large frame is read straight into its own buffer.
+      uint8_t* target = read_buf_;
+      size_t want = sizeof(read_buf_);
+      if (!big_frame_.empty()) {
+        target = big_frame_.data() + big_frame_filled_;
+        want = big_frame_.size() - big_frame_filled_;
+      }
+      ssize_t n = ::read(fd_, target, want);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (n <= 0) {
@@ -200,9 +207,19 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
         Close();
         return;
       }
-      in_.insert(in_.end(), read_buf_, read_buf_ + n);
-      ParseFrames();
-      if (static_cast<size_t>(n) < sizeof(read_buf_)) break;  // drained the socket
+      if (target != read_buf_) {
+        big_frame_filled_ += static_cast<size_t>(n);
+        if (big_frame_filled_ == big_frame_.size()) {
+          std::vector<uint8_t> frame = std::move(big_frame_);
+          big_frame_.clear();
+          big_frame_filled_ = 0;
+          HandleFrame(std::move(frame));
+        }
+      } else {
+        in_.insert(in_.end(), read_buf_, read_buf_ + n);
+        ParseFrames();
+      }
+      if (static_cast<size_t>(n) < want) break;  // drained the socket
     }
     parsing_ = false;
     Flush();
@@ -220,7 +237,18 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
         Close();
         return;
       }
-      if (in_.size() - pos - 4 < static_cast<size_t>(size)) break;
+      if (in_.size() - pos - 4 < static_cast<size_t>(size)) {
+        // A frame larger than the read buffer gets its own buffer now, so the rest of it is
+        // read into place instead of being copied through in_ (a produce request of a few
+        // MiB would otherwise be copied twice more).
+        if (static_cast<size_t>(size) > sizeof(read_buf_)) {
+          big_frame_.resize(static_cast<size_t>(size));
+          big_frame_filled_ = in_.size() - pos - 4;
+          std::memcpy(big_frame_.data(), in_.data() + pos + 4, big_frame_filled_);
+          pos = in_.size();
+        }
+        break;
+      }
       std::vector<uint8_t> frame(in_.begin() + static_cast<ptrdiff_t>(pos + 4),
                                  in_.begin() + static_cast<ptrdiff_t>(pos + 4 + size));
       pos += 4 + static_cast<size_t>(size);
@@ -461,6 +489,9 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
   std::deque<Outgoing> out_;  // responses to write, in order; the front may be partly written
   uint8_t read_buf_[64 * 1024];
   std::vector<uint8_t> in_;
+  // A frame larger than read_buf_ whose size is known, being read into place.
+  std::vector<uint8_t> big_frame_;
+  size_t big_frame_filled_ = 0;
   std::deque<Slot> slots_;
   uint64_t next_seq_ = 0;
 };

@@ -39,6 +39,7 @@ class ReversingDispatcher : public RequestDispatcher {
   ReversingDispatcher(size_t batch, Make make) : batch_(batch), make_(std::move(make)) {}
   void Dispatch(std::unique_ptr<RequestContext> request, Respond respond) override {
     ++dispatched;
+    frames.push_back(request->frame);
     int32_t corr = request->header.correlation_id;
     held_.emplace_back(make_ ? make_(corr) : CorrelationResponse(corr), std::move(respond));
     if (held_.size() < batch_) return;
@@ -47,6 +48,8 @@ class ReversingDispatcher : public RequestDispatcher {
   }
 
   std::atomic<int> dispatched{0};
+  // Every frame dispatched (loop thread; read by the test after the answer arrived).
+  std::vector<std::vector<uint8_t>> frames;
 
  private:
   size_t batch_;
@@ -240,6 +243,31 @@ TEST_F(KafkaServerTest, FrameSplitAcrossWritesIsReassembled) {
     usleep(1000);
   }
   EXPECT_EQ(ReadCorrelation(fd), 7);
+  close(fd);
+}
+
+// A frame much larger than the server's read buffer, arriving in pieces and followed in the
+// same write by a small one, reaches the dispatcher whole and byte for byte.
+TEST_F(KafkaServerTest, LargeFrameReadInPiecesArrivesIntact) {
+  StartServer(ServerLimits{});
+  int fd = Connect();
+  std::vector<uint8_t> big = Frame(9);
+  for (size_t i = 0; i < (300u << 10); ++i) big.push_back(static_cast<uint8_t>(i * 31 + 7));
+  const uint32_t size = static_cast<uint32_t>(big.size() - 4);
+  for (int k = 0; k < 4; ++k) big[k] = static_cast<uint8_t>(size >> (24 - 8 * k));
+  std::vector<uint8_t> stream = big;
+  std::vector<uint8_t> small = Frame(10);
+  stream.insert(stream.end(), small.begin(), small.end());
+  for (size_t pos = 0; pos < stream.size(); pos += 10000) {
+    size_t end = std::min(stream.size(), pos + 10000);
+    ASSERT_TRUE(Send(fd, std::vector<uint8_t>(stream.begin() + pos, stream.begin() + end)));
+    if (pos % 100000 == 0) usleep(2000);
+  }
+  EXPECT_EQ(ReadCorrelation(fd), 9);
+  EXPECT_EQ(ReadCorrelation(fd), 10);
+  ASSERT_EQ(dispatcher_->frames.size(), 2u);
+  EXPECT_TRUE(dispatcher_->frames[0] == std::vector<uint8_t>(big.begin() + 4, big.end()));
+  EXPECT_TRUE(dispatcher_->frames[1] == std::vector<uint8_t>(small.begin() + 4, small.end()));
   close(fd);
 }
 
