@@ -73,22 +73,12 @@ void HandleDeleteRecords(BrokerContext& broker, std::unique_ptr<RequestContext> 
       out.partition_index = partition.partition_index;
       out.low_watermark = -1;
       auto fail = [&out](ErrorCode error) { out.error_code = static_cast<int16_t>(error); };
-      if (info == nullptr) {
-        fail(ErrorCode::kUnknownTopicOrPartition);
-        continue;
-      }
-      auto p = info->partitions.find(partition.partition_index);
-      if (p == info->partitions.end()) {
-        fail(ErrorCode::kUnknownTopicOrPartition);
-        continue;
-      }
-      if (info->internal()) {
-        fail(ErrorCode::kInvalidTopicException);
-        continue;
-      }
-      if (p->second.leader != broker.node_id ||
-          broker.partitions.Find(topic.name, partition.partition_index) == nullptr) {
-        fail(ErrorCode::kNotLeaderOrFollower);
+      const PartitionInfo* p = nullptr;
+      ErrorCode error = CheckLocalPartition(broker, info, partition.partition_index, -1, &p);
+      // Kafka refuses internal topics before looking at leadership.
+      if (p != nullptr && info->internal()) error = ErrorCode::kInvalidTopicException;
+      if (error != ErrorCode::kNone) {
+        fail(error);
         continue;
       }
       if (!PolicyAllowsDelete(broker, *info)) {

@@ -270,21 +270,19 @@ void HandleFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, Res
       part.in = partition;
       part.error = topic_error;
       if (info != nullptr) {
-        auto p = info->partitions.find(partition.partition);
-        if (p == info->partitions.end()) {
-          part.error = version >= kFirstTopicIdVersion ? ErrorCode::kUnknownTopicId
-                                                       : ErrorCode::kUnknownTopicOrPartition;
-        } else {
-          part.leader = p->second.leader;
-          part.leader_epoch = p->second.leader_epoch;
-          if (p->second.leader != broker.node_id) {
-            part.error = ErrorCode::kNotLeaderOrFollower;
-          } else if (partition.current_leader_epoch >= 0 &&
-                     partition.current_leader_epoch < p->second.leader_epoch) {
-            part.error = ErrorCode::kFencedLeaderEpoch;
-          } else if (partition.current_leader_epoch > p->second.leader_epoch) {
-            part.error = ErrorCode::kUnknownLeaderEpoch;
-          }
+        const PartitionInfo* p = nullptr;
+        part.error = CheckLocalPartition(broker, info, partition.partition,
+                                         partition.current_leader_epoch, &p);
+        if (p == nullptr && version >= kFirstTopicIdVersion) part.error = ErrorCode::kUnknownTopicId;
+        if (p != nullptr) {
+          part.leader = p->leader;
+          part.leader_epoch = p->leader_epoch;
+        }
+        // storaged may hold the log a moment after the metadata shows the partition: that
+        // is answered when the fetch is attempted, from PartitionStates.
+        if (part.error == ErrorCode::kNotLeaderOrFollower && p != nullptr &&
+            p->leader == broker.node_id) {
+          part.error = ErrorCode::kNone;
         }
       }
       op->parts.push_back(std::move(part));

@@ -81,38 +81,18 @@ void HandleListOffsets(BrokerContext& broker, std::unique_ptr<RequestContext> ct
         fail(ErrorCode::kInvalidRequest);
         continue;
       }
-      if (info == nullptr) {
-        fail(ErrorCode::kUnknownTopicOrPartition);
-        continue;
-      }
-      auto p = info->partitions.find(partition.partition_index);
-      if (p == info->partitions.end()) {
-        fail(ErrorCode::kUnknownTopicOrPartition);
-        continue;
-      }
-      if (broker.partitions.Find(topic.name, partition.partition_index) == nullptr) {
-        fail(ErrorCode::kNotLeaderOrFollower);
-        continue;
-      }
-      if (partition.current_leader_epoch >= 0) {
-        if (partition.current_leader_epoch < p->second.leader_epoch) {
-          fail(ErrorCode::kFencedLeaderEpoch);
-          continue;
-        }
-        if (partition.current_leader_epoch > p->second.leader_epoch) {
-          fail(ErrorCode::kUnknownLeaderEpoch);
-          continue;
-        }
-      }
-      if (leader_only && p->second.leader != broker.node_id) {
-        fail(ErrorCode::kNotLeaderOrFollower);
+      const PartitionInfo* p = nullptr;
+      if (ErrorCode e = CheckLocalPartition(broker, info, partition.partition_index,
+                                            partition.current_leader_epoch, &p, leader_only);
+          e != ErrorCode::kNone) {
+        fail(e);
         continue;
       }
       storage::ListOffsetsPartition* lp = call.add_partitions();
       lp->set_topic(topic.name);
       lp->set_partition(partition.partition_index);
       lp->set_timestamp(partition.timestamp);
-      pending->slots.push_back({&out, partition.timestamp, p->second.leader_epoch});
+      pending->slots.push_back({&out, partition.timestamp, p->leader_epoch});
     }
   }
 

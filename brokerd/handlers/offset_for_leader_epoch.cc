@@ -52,31 +52,11 @@ void HandleOffsetForLeaderEpoch(BrokerContext& broker, std::unique_ptr<RequestCo
       out.leader_epoch = -1;
       out.end_offset = -1;
       auto fail = [&out](ErrorCode error) { out.error_code = static_cast<int16_t>(error); };
-      if (info == nullptr) {
-        fail(ErrorCode::kUnknownTopicOrPartition);
-        continue;
-      }
-      auto p = info->partitions.find(partition.partition);
-      if (p == info->partitions.end()) {
-        fail(ErrorCode::kUnknownTopicOrPartition);
-        continue;
-      }
-      if (broker.partitions.Find(topic.topic, partition.partition) == nullptr) {
-        fail(ErrorCode::kNotLeaderOrFollower);
-        continue;
-      }
-      if (partition.current_leader_epoch >= 0) {
-        if (partition.current_leader_epoch < p->second.leader_epoch) {
-          fail(ErrorCode::kFencedLeaderEpoch);
-          continue;
-        }
-        if (partition.current_leader_epoch > p->second.leader_epoch) {
-          fail(ErrorCode::kUnknownLeaderEpoch);
-          continue;
-        }
-      }
-      if (p->second.leader != broker.node_id) {
-        fail(ErrorCode::kNotLeaderOrFollower);
+      const PartitionInfo* p = nullptr;
+      if (ErrorCode e = CheckLocalPartition(broker, info, partition.partition,
+                                            partition.current_leader_epoch, &p);
+          e != ErrorCode::kNone) {
+        fail(e);
         continue;
       }
       storage::OffsetsForLeaderEpochPartition* op = call.add_partitions();

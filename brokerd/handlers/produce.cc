@@ -127,25 +127,20 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
         fail(ErrorCode::kInvalidRequiredAcks, "acks must be 0, 1 or -1");
         continue;
       }
-      if (info == nullptr) {
-        fail(ErrorCode::kUnknownTopicOrPartition, "");
-        continue;
-      }
-      auto p = info->partitions.find(partition.index);
-      if (p == info->partitions.end()) {
-        fail(ErrorCode::kUnknownTopicOrPartition, "");
-        continue;
-      }
-      if (info->internal()) {
+      const PartitionInfo* p = nullptr;
+      ErrorCode error = CheckLocalPartition(broker, info, partition.index, -1, &p);
+      // Kafka refuses internal topics before looking at leadership.
+      if (p != nullptr && info->internal()) {
         fail(ErrorCode::kInvalidTopicException,
              fmt::format("Cannot append to internal topic {}", topic.name));
         continue;
       }
-      if (p->second.leader != broker.node_id ||
-          broker.partitions.Find(topic.name, partition.index) == nullptr) {
-        fail(ErrorCode::kNotLeaderOrFollower, "");
-        out.current_leader.leader_id = NodeId(p->second.leader);
-        out.current_leader.leader_epoch = p->second.leader_epoch;
+      if (error != ErrorCode::kNone) {
+        fail(error, "");
+        if (error == ErrorCode::kNotLeaderOrFollower) {
+          out.current_leader.leader_id = NodeId(p->leader);
+          out.current_leader.leader_epoch = p->leader_epoch;
+        }
         continue;
       }
       Check check = CheckRecords(partition.records, version);
@@ -156,7 +151,7 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
       storage::AppendPartition append;
       append.set_topic(topic.name);
       append.set_partition(partition.index);
-      append.set_leader_epoch(p->second.leader_epoch);
+      append.set_leader_epoch(p->leader_epoch);
       append.set_records(partition.records.data->data(), partition.records.data->size());
       partition.records.data.reset();
       work.push_back(Work{&out, std::move(append)});

@@ -74,6 +74,26 @@ bool PartitionsReadyHere(const BrokerContext& broker, const TopicInfo& topic) {
   return true;
 }
 
+protocol::ErrorCode CheckLocalPartition(const BrokerContext& broker, const TopicInfo* topic,
+                                        int32_t index, int32_t current_leader_epoch,
+                                        const PartitionInfo** partition, bool leader_only) {
+  using protocol::ErrorCode;
+  *partition = nullptr;
+  if (topic == nullptr) return ErrorCode::kUnknownTopicOrPartition;
+  auto p = topic->partitions.find(index);
+  if (p == topic->partitions.end()) return ErrorCode::kUnknownTopicOrPartition;
+  *partition = &p->second;
+  if (current_leader_epoch >= 0 && current_leader_epoch < p->second.leader_epoch) {
+    return ErrorCode::kFencedLeaderEpoch;
+  }
+  if (current_leader_epoch > p->second.leader_epoch) return ErrorCode::kUnknownLeaderEpoch;
+  if ((leader_only && p->second.leader != broker.node_id) ||
+      broker.partitions.Find(topic->name, index) == nullptr) {
+    return ErrorCode::kNotLeaderOrFollower;
+  }
+  return ErrorCode::kNone;
+}
+
 protocol::ErrorCode StorageCallError(const grpc::Status& status) {
   switch (status.error_code()) {
     case grpc::StatusCode::DEADLINE_EXCEEDED:

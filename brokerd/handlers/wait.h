@@ -18,6 +18,17 @@ void WaitForMetadata(BrokerContext& broker, std::function<bool()> ready, int64_t
 // produce and fetch find it (CreateTopics and CreatePartitions answer only then).
 bool PartitionsReadyHere(const BrokerContext& broker, const TopicInfo& topic);
 
+// The checks a partition of a data request (Produce, Fetch, ListOffsets, DeleteRecords,
+// OffsetForLeaderEpoch) goes through, in Kafka's order: the topic (nullptr = unknown) and
+// partition exist (UNKNOWN_TOPIC_OR_PARTITION); the client's leader epoch, when given (>= 0),
+// is the current one (FENCED_LEADER_EPOCH below it, UNKNOWN_LEADER_EPOCH above); this broker
+// leads the partition, unless `leader_only` is false, and storaged holds its log
+// (NOT_LEADER_OR_FOLLOWER). `*partition` is set whenever the partition exists.
+protocol::ErrorCode CheckLocalPartition(const BrokerContext& broker, const TopicInfo* topic,
+                                        int32_t index, int32_t current_leader_epoch,
+                                        const PartitionInfo** partition,
+                                        bool leader_only = true);
+
 // The Kafka error for a failed storaged call: a timeout is REQUEST_TIMED_OUT; storaged
 // restarting (unavailable) is NOT_LEADER_OR_FOLLOWER, so the client refreshes its metadata
 // and retries; anything else is KAFKA_STORAGE_ERROR.
