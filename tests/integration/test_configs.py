@@ -1,11 +1,13 @@
 """Topic and broker configs, CreatePartitions and Metadata auto-creation through real clients
 (confluent-kafka, kafka-python) and, where those clients lack an API (IncrementalAlterConfigs,
-DescribeConfigs v3 documentation), raw requests. Nothing here produces or fetches."""
+DescribeConfigs v3 documentation), raw requests. Only the retention test produces records,
+to see a lowered retention.ms delete them."""
 import socket
 import struct
+import time
 import unittest
 
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (AdminClient, ConfigResource, ConfigSource, NewPartitions,
                                    NewTopic as CNewTopic)
 from kafka import KafkaAdminClient, KafkaProducer
@@ -434,3 +436,42 @@ class AutoCreateTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RetentionTakesEffectTest(unittest.TestCase):
+    """AlterConfigs on retention.ms reaches storaged: records older than the new retention are
+    deleted by the next retention check, and nothing before the change."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.node = Node(extra_config={"log.retention.check.interval.ms": "100"}).start()
+        cls.admin = AdminClient({"bootstrap.servers": cls.node.bootstrap})
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.node.cleanup()
+
+    def test_lowered_retention_deletes_old_records(self):
+        create(self.admin, CNewTopic("retained", 1, 1))
+        producer = Producer({"bootstrap.servers": self.node.bootstrap, "linger.ms": 0})
+        hour_ago = int(time.time() * 1000) - 3_600_000
+        for i in range(10):
+            producer.produce("retained", value=b"old-%d" % i, partition=0, timestamp=hour_ago + i)
+        self.assertEqual(producer.flush(30), 0)
+        consumer = Consumer({"bootstrap.servers": self.node.bootstrap, "group.id": "retained"})
+        try:
+            tp = TopicPartition("retained", 0)
+            # Under the default retention (7 days) the hour-old records stay.
+            time.sleep(0.5)
+            self.assertEqual(consumer.get_watermark_offsets(tp, timeout=20), (0, 10))
+            for f in self.admin.alter_configs(
+                    [ConfigResource(ConfigResource.Type.TOPIC, "retained",
+                                    set_config={"retention.ms": "60000"})],
+                    request_timeout=20).values():
+                f.result(timeout=30)
+            # Everything has expired: the active segment is rolled and deleted, so the log
+            # starts at its end.
+            wait_until(lambda: consumer.get_watermark_offsets(tp, timeout=5) == (10, 10), 20,
+                       "retention.ms=60000 deleting the hour-old records")
+        finally:
+            consumer.close()
