@@ -438,9 +438,10 @@ if __name__ == "__main__":
     unittest.main()
 
 
-class RetentionTakesEffectTest(unittest.TestCase):
-    """AlterConfigs on retention.ms reaches storaged: records older than the new retention are
-    deleted by the next retention check, and nothing before the change."""
+class TopicConfigsTakeEffectTest(unittest.TestCase):
+    """Topic configs reach storaged: a lowered retention.ms deletes records older than it at
+    the next retention check (and nothing before the change); message.timestamp.type=
+    LogAppendTime stamps records with the broker's time."""
 
     @classmethod
     def setUpClass(cls):
@@ -473,5 +474,31 @@ class RetentionTakesEffectTest(unittest.TestCase):
             # starts at its end.
             wait_until(lambda: consumer.get_watermark_offsets(tp, timeout=5) == (10, 10), 20,
                        "retention.ms=60000 deleting the hour-old records")
+        finally:
+            consumer.close()
+
+    def test_log_append_time_topic_stamps_records(self):
+        create(self.admin, CNewTopic("appendtime", 1, 1,
+                                     config={"message.timestamp.type": "LogAppendTime"}))
+        producer = Producer({"bootstrap.servers": self.node.bootstrap, "linger.ms": 0})
+        before = int(time.time() * 1000)
+        producer.produce("appendtime", value=b"x", partition=0, timestamp=before - 3_600_000)
+        self.assertEqual(producer.flush(30), 0)
+        after = int(time.time() * 1000)
+        consumer = Consumer({"bootstrap.servers": self.node.bootstrap, "group.id": "appendtime",
+                             "enable.auto.commit": False})
+        try:
+            consumer.assign([TopicPartition("appendtime", 0, 0)])
+            msg = None
+            deadline = time.monotonic() + 30
+            while msg is None and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error():
+                    self.fail(str(msg.error()))
+            self.assertIsNotNone(msg, "the record was not consumed")
+            ts_type, ts = msg.timestamp()
+            self.assertEqual(ts_type, 2)  # TIMESTAMP_LOG_APPEND_TIME
+            self.assertGreaterEqual(ts, before - 1000)
+            self.assertLessEqual(ts, after + 1000)
         finally:
             consumer.close()
