@@ -4,6 +4,7 @@
 // IncrementalAlterConfigs (incremental_alter_configs.cc).
 #include <charconv>
 
+#include "brokerd/handlers/alter_configs.h"
 #include "brokerd/handlers/handler.h"
 #include "brokerd/handlers/wait.h"
 
@@ -94,37 +95,8 @@ void AlterConfigsThroughController(BrokerContext& broker, ctl::AlterConfigsReque
 
 void HandleAlterConfigs(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
                         Respond respond) {
-  AlterConfigsRequest req;
-  if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
-  ctl::AlterConfigsRequest call;
-  call.set_incremental(false);
-  call.set_validate_only(req.validate_only);
-  for (const auto& res : req.resources) {
-    ctl::AlterConfigsResource* r = call.add_resources();
-    r->set_resource_type(res.resource_type);
-    r->set_resource_name(res.resource_name);
-    for (const auto& c : res.configs) {
-      ctl::AlterableConfig* config = r->add_configs();
-      config->set_name(c.name);
-      config->set_operation(0);  // SET: the legacy API replaces the whole set
-      if (c.value.has_value()) config->set_value(*c.value);
-    }
-  }
-  std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);
-  AlterConfigsThroughController(
-      broker, call,
-      [shared_ctx, req = std::move(req), respond](std::vector<AlterConfigsOutcome> outcomes) {
-        AlterConfigsResponse resp;
-        for (size_t i = 0; i < outcomes.size(); ++i) {
-          AlterConfigsResponse::AlterConfigsResourceResponse r;
-          r.error_code = outcomes[i].error_code;
-          r.error_message = std::move(outcomes[i].error_message);
-          r.resource_type = req.resources[i].resource_type;
-          r.resource_name = req.resources[i].resource_name;
-          resp.responses.push_back(std::move(r));
-        }
-        respond(EncodeResponse(*shared_ctx, resp));
-      });
+  ForwardAlterConfigs<AlterConfigsRequest, AlterConfigsResponse>(broker, std::move(ctx),
+                                                                 std::move(respond));
 }
 
 }  // namespace runnel::brokerd
