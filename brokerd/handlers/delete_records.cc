@@ -26,22 +26,10 @@ constexpr std::chrono::milliseconds kMinStorageTimeout{1000};
 // Whether the topic's cleanup.policy (its own, else the node's log.cleanup.policy) lets
 // records be deleted.
 bool PolicyAllowsDelete(const BrokerContext& broker, const TopicInfo& topic) {
-  std::vector<std::string> policy;
   auto it = topic.configs.find("cleanup.policy");
-  if (it == topic.configs.end()) {
-    policy = broker.config.GetList("log.cleanup.policy");
-  } else {
-    size_t start = 0;
-    while (start <= it->second.size()) {
-      size_t comma = it->second.find(',', start);
-      if (comma == std::string::npos) comma = it->second.size();
-      std::string item = it->second.substr(start, comma - start);
-      item.erase(0, item.find_first_not_of(" \t"));
-      item.erase(item.find_last_not_of(" \t") + 1);
-      policy.push_back(std::move(item));
-      start = comma + 1;
-    }
-  }
+  std::vector<std::string> policy = it == topic.configs.end()
+                                        ? broker.config.GetList("log.cleanup.policy")
+                                        : config::SplitList(it->second);
   return std::find(policy.begin(), policy.end(), "delete") != policy.end();
 }
 
