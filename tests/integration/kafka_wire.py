@@ -46,18 +46,22 @@ def crc32c(data):
     return c ^ 0xFFFFFFFF
 
 
-def varint(n):
-    """Zigzag varint, as record fields are written."""
-    z = (n << 1) ^ (n >> 63)
+def uvarint(n):
+    """Unsigned varint, as flexible versions write lengths."""
     out = bytearray()
     while True:
-        b = z & 0x7F
-        z >>= 7
-        if z:
+        b = n & 0x7F
+        n >>= 7
+        if n:
             out.append(b | 0x80)
         else:
             out.append(b)
             return bytes(out)
+
+
+def varint(n):
+    """Zigzag varint, as record fields are written."""
+    return uvarint((n << 1) ^ (n >> 63))
 
 
 def _varbytes(b):

@@ -23,6 +23,7 @@ from kafka import TopicPartition as KTopicPartition
 
 from harness import read_response, send_request
 from kafka_clients import ConfluentKafka, Rec, RunnelTarget
+from kafka_wire import uvarint
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -45,18 +46,6 @@ EARLIEST_LOCAL = -4
 
 
 # ---- a small Kafka wire codec -------------------------------------------------------------
-
-def uvarint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
 
 class Writer:
     def __init__(self, flexible):
