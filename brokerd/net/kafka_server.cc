@@ -223,6 +223,10 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     }
     parsing_ = false;
     Flush();
+    // Requests answered while parsing were still queued when they completed, so reading
+    // may have stopped at the in-flight limit with nothing left to wait for: resume here,
+    // since no writable event will come for a socket that never blocked.
+    MaybeResumeReading();
   }
 
   void ParseFrames() {

@@ -234,6 +234,21 @@ TEST_F(KafkaServerTest, PipelinedResponsesComeInRequestOrder) {
   close(fd);
 }
 
+// More requests than the in-flight limit arriving in one read, all answered at once while
+// they are parsed: reading must resume once they are written, or the connection hangs.
+TEST_F(KafkaServerTest, ManyRequestsInOneReadAnsweredAtOnceKeepTheConnectionReading) {
+  ServerLimits limits;
+  limits.max_in_flight_per_connection = 8;
+  StartServer(limits, /*batch=*/1);
+  int fd = Connect();
+  SendFrames(fd, 1, 40);
+  for (int32_t corr = 1; corr <= 40; ++corr) ASSERT_EQ(ReadCorrelation(fd), corr);
+  // The connection still reads: a later request is answered.
+  SendFrames(fd, 41, 1);
+  EXPECT_EQ(ReadCorrelation(fd), 41);
+  close(fd);
+}
+
 TEST_F(KafkaServerTest, FrameSplitAcrossWritesIsReassembled) {
   StartServer(ServerLimits{});
   int fd = Connect();
