@@ -100,6 +100,52 @@ class ModelTest(unittest.TestCase):
         self.assertSchemaError("request Foo key=1 versions=0-1\n", "ends in Request")
 
 
+DATA = """\
+data FooValue versions=0-4 flexible=4+
+  Offset int64 versions=0+
+  Expire int64 versions=1 default=-1 ignorable
+  Members []Member versions=0+
+    Id string versions=0+
+"""
+
+
+class DataMessageTest(unittest.TestCase):
+    def test_data_message(self):
+        m = load(DATA)
+        self.assertEqual(m.kind, "data")
+        self.assertEqual((m.lo, m.hi, m.first_flexible), (0, 4, 4))
+        self.assertEqual([s.name for s in m.structs], ["Member", "FooValue"])
+        import emit_cpp
+        header = emit_cpp.emit_data_header(m, "coordinator")
+        self.assertIn("struct FooValue {", header)
+        self.assertNotIn("kApiKey", header)
+        self.assertNotIn("ResponseType", header)
+        source = emit_cpp.emit_data_source(m, "coordinator")
+        self.assertIn('#include "common/protocol/coordinator/foo_value.h"', source)
+        self.assertIn("if (v >= 1 && v <= 1) w.WriteInt64(m.expire);", source)
+
+    def test_data_message_has_no_key(self):
+        with self.assertRaises(SchemaError) as ctx:
+            load("data FooValue key=3 versions=0\n  A int32 versions=0+\n")
+        self.assertIn("no key=", str(ctx.exception))
+
+    def test_importer_keeps_data_and_json_null_default(self):
+        import import_kafka_schema
+        doc = {"type": "data", "name": "FooValue", "validVersions": "0",
+               "flexibleVersions": "0+",
+               "fields": [{"name": "X", "type": "X", "versions": "0+", "nullableVersions": "0+",
+                           "default": None, "tag": 0, "taggedVersions": "0+",
+                           "fields": [{"name": "Y", "type": "int32", "versions": "0+"}]}]}
+        text = import_kafka_schema.convert(doc, "FooValue.json")
+        self.assertIn("data FooValue versions=0 flexible=0+\n", text)
+        self.assertIn("X X versions=0+ nullable=0+ tag=0 tagged=0+ default=null\n", text)
+        self.assertTrue(import_kafka_schema._wanted(doc, True, []))
+        self.assertFalse(import_kafka_schema._wanted(doc, True, ["Foo"]))
+        self.assertFalse(import_kafka_schema._wanted(doc, False, []))
+        m = load("\n".join(text.splitlines()[1:]) + "\n")
+        self.assertEqual(m.root.fields[0].initializer(), "")  # null default
+
+
 class RealSchemaTest(unittest.TestCase):
     def test_every_schema_file_loads(self):
         import generate
@@ -108,6 +154,18 @@ class RealSchemaTest(unittest.TestCase):
         self.assertEqual(len(apis), 88)
         keys = [a[1].api_key for a in apis]
         self.assertEqual(keys, sorted(keys))
+
+    def test_coordinator_records_load(self):
+        import generate
+        schema_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schema")
+        data = generate.load_data(schema_dir, generate.load_apis(schema_dir))
+        self.assertEqual(len(data), 16)
+        self.assertEqual({d for d, _ in data}, {"coordinator"})
+        by_name = {m.name: m for _, m in data}
+        self.assertEqual((by_name["OffsetCommitValue"].lo, by_name["OffsetCommitValue"].hi), (0, 4))
+        self.assertEqual(by_name["GroupMetadataKey"].lo, 2)
+        outputs = generate.codec_outputs([], data)
+        self.assertIn("common/protocol/coordinator/offset_commit_key.h", outputs)
 
 
 if __name__ == "__main__":

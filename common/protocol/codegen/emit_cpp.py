@@ -1,5 +1,6 @@
 """Emits the C++ codec from the model: one header + one source per API (request and
-response), api_keys.h/.cc (the API table and DecodeRequestBody) and the messages.h umbrella.
+response), api_keys.h/.cc (the API table and DecodeRequestBody) and the messages.h umbrella;
+and one header + source per `data` message (no API key, not in the tables).
 """
 
 from model import snake_case
@@ -102,14 +103,16 @@ def emit_message_decl(msg, out):
         out.append("")
     out.append("struct %s {" % msg.name)
     out.append("  static constexpr const char* kName = \"%s\";" % msg.name)
-    out.append("  static constexpr int16_t kApiKey = %d;" % msg.api_key)
+    if msg.kind != "data":
+        out.append("  static constexpr int16_t kApiKey = %d;" % msg.api_key)
     out.append("  static constexpr int16_t kMinVersion = %d, kMaxVersion = %d;" % (msg.lo, msg.hi))
     out.append("  // -1 if never flexible.")
     out.append("  static constexpr int16_t kFirstFlexibleVersion = %d;" % msg.first_flexible)
     out.append("  static constexpr bool IsFlexible(int16_t v) {")
     out.append("    return kFirstFlexibleVersion >= 0 && v >= kFirstFlexibleVersion;")
     out.append("  }")
-    out.append("  using %sType = %s%s;" % (other, msg.api_name, other))
+    if msg.kind != "data":
+        out.append("  using %sType = %s%s;" % (other, msg.api_name, other))
     out.append("")
     for st in nested:
         out.append("  using %s = %s::%s;" % (st.name, structs_namespace(msg), st.name))
@@ -390,18 +393,40 @@ def _emit_check(ctx, msg, st, out):
 
 
 def emit_api_source(api_name, req, resp):
-    stem = api_file_stem(api_name)
+    return _emit_source("common/protocol/messages/%s.h" % api_file_stem(api_name), (req, resp))
+
+
+def data_file_stem(msg):
+    return snake_case(msg.name).rstrip("_")
+
+
+def emit_data_header(msg, subdir):
+    """A `data` message (e.g. a __consumer_offsets record) alone in
+    common/protocol/<subdir>/<stem>.h."""
+    out = [GENERATED_NOTE.rstrip("\n"), "#pragma once", "",
+           '#include "common/protocol/message_base.h"', "",
+           "namespace runnel::protocol {", ""]
+    emit_message_decl(msg, out)
+    out += ["", "}  // namespace runnel::protocol", ""]
+    return "\n".join(out)
+
+
+def emit_data_source(msg, subdir):
+    return _emit_source("common/protocol/%s/%s.h" % (subdir, data_file_stem(msg)), (msg,))
+
+
+def _emit_source(header, msgs):
     out = [GENERATED_NOTE.rstrip("\n"),
-           '#include "common/protocol/messages/%s.h"' % stem, "",
+           '#include "%s"' % header, "",
            '#include "common/protocol/codec_internal.h"', "",
            "namespace runnel::protocol {", "namespace {", ""]
-    for msg in (req, resp):
+    for msg in msgs:
         ctx = Ctx(msg)
         for st in msg.structs:
             _emit_encode(ctx, msg, st, out)
     out.append("}  // namespace")
     out.append("")
-    for msg in (req, resp):
+    for msg in msgs:
         ctx = Ctx(msg)
         for st in msg.structs:
             q = _qualified(msg, st)

@@ -1,9 +1,9 @@
-"""Emits the generated round-trip tests: per API, Fill() functions that give every field
+"""Emits the generated round-trip tests: per API (and per data message), Fill() functions that give every field
 present at a version a deterministic pseudo-random value, and a registration function that
 lists one RoundTripCase per message and version (run by tests/unit/protocol/roundtrip_test.cc).
 """
 
-from emit_cpp import Ctx, GENERATED_NOTE, _qcpp, _qualified, api_file_stem
+from emit_cpp import Ctx, GENERATED_NOTE, _qcpp, _qualified, api_file_stem, data_file_stem
 
 _INT_CPP = {"int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
             "uint16": "uint16_t", "uint32": "uint32_t"}
@@ -61,28 +61,39 @@ def _emit_fill(ctx, msg, st, out):
 
 
 def emit_api_test(api_name, req, resp):
-    stem = api_file_stem(api_name)
+    return _emit_test("common/protocol/messages/%s.h" % api_file_stem(api_name), api_name,
+                      (req, resp))
+
+
+def emit_data_test(msg, subdir):
+    """Round trip of a `data` message: api_key -1 and is_request false, so request-only users
+    of the cases (the fuzz seed writer) skip it."""
+    return _emit_test("common/protocol/%s/%s.h" % (subdir, data_file_stem(msg)), msg.name, (msg,))
+
+
+def _emit_test(header, register_name, msgs):
     out = [GENERATED_NOTE.rstrip("\n"),
-           '#include "common/protocol/messages/%s.h"' % stem,
+           '#include "%s"' % header,
            '#include "tests/unit/protocol/roundtrip.h"', "",
            "namespace runnel::protocol::testing {", "namespace {", ""]
-    for msg in (req, resp):
+    for msg in msgs:
         ctx = Ctx(msg)
         for st in msg.structs:
             out.append("void Fill(%s& m, int16_t v, FillRng& g);" % _qualified(msg, st))
     out.append("")
-    for msg in (req, resp):
+    for msg in msgs:
         ctx = Ctx(msg)
         for st in msg.structs:
             _emit_fill(ctx, msg, st, out)
     out.append("}  // namespace")
     out.append("")
-    out.append("void Register%s(std::vector<RoundTripCase>& out) {" % api_name)
-    for msg in (req, resp):
+    out.append("void Register%s(std::vector<RoundTripCase>& out) {" % register_name)
+    for msg in msgs:
         out.append("  for (int16_t v = %s::kMinVersion; v <= %s::kMaxVersion; ++v) {" % (
             msg.name, msg.name))
         out.append('    out.push_back({"%s", %d, %s, v,' % (
-            msg.name, msg.api_key, "true" if msg.kind == "request" else "false"))
+            msg.name, -1 if msg.kind == "data" else msg.api_key,
+            "true" if msg.kind == "request" else "false"))
         out.append("                   [](int16_t version, uint64_t seed) {")
         out.append("                     return RoundTrip<%s>(version, seed, &Fill);" % msg.name)
         out.append("                   },")
@@ -95,14 +106,16 @@ def emit_api_test(api_name, req, resp):
     return "\n".join(out)
 
 
-def emit_registry(apis):
+def emit_registry(apis, data=()):
+    """`data`: [(subdir, msg)] of the data messages, registered after the APIs."""
+    names = [api_name for api_name, _, _ in apis] + [msg.name for _, msg in data]
     out = [GENERATED_NOTE.rstrip("\n"), '#include "tests/unit/protocol/roundtrip.h"', "",
            "namespace runnel::protocol::testing {", ""]
-    for api_name, _, _ in apis:
-        out.append("void Register%s(std::vector<RoundTripCase>& out);" % api_name)
+    for name in names:
+        out.append("void Register%s(std::vector<RoundTripCase>& out);" % name)
     out += ["", "std::vector<RoundTripCase> AllRoundTripCases() {",
             "  std::vector<RoundTripCase> out;"]
-    for api_name, _, _ in apis:
-        out.append("  Register%s(out);" % api_name)
+    for name in names:
+        out.append("  Register%s(out);" % name)
     out += ["  return out;", "}", "", "}  // namespace runnel::protocol::testing", ""]
     return "\n".join(out)

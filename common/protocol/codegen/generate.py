@@ -4,12 +4,14 @@
   generate.py --schema-dir DIR --out-dir DIR [--tests-out-dir DIR] [--list-outputs]
 
 --out-dir receives common/protocol/{api_keys.h,api_keys.cc,messages.h,messages/*.{h,cc}}
-relative paths (pass ${CMAKE_BINARY_DIR}); files are rewritten only when their text changes,
-so an edit to one schema recompiles one API.
+relative paths (pass ${CMAKE_BINARY_DIR}), plus common/protocol/<subdir>/<message>.{h,cc} for
+the `data` messages of schema subdirectories (schema/coordinator/ -> common/protocol/coordinator/).
+Files are rewritten only when their text changes, so an edit to one schema recompiles one API.
 """
 
 import argparse
 import os
+import re
 import sys
 
 # Run from the build: never leave __pycache__ in the source tree.
@@ -57,9 +59,55 @@ def load_apis(schema_dir):
     return apis
 
 
-def codec_outputs(apis):
+def load_data(schema_dir, apis=()):
+    """Returns [(subdir, message)] of the `data` messages, ordered by subdir and name. They live
+    in subdirectories of the schema dir (schema/coordinator/*.schema -> common/protocol/
+    coordinator/); a data message in the schema dir itself goes to common/protocol/data/."""
+    taken = set()
+    for api_name, req, resp in apis:
+        taken.update((api_name, req.name, resp.name))
+    found = []
+    for entry in sorted(os.listdir(schema_dir)):
+        path = os.path.join(schema_dir, entry)
+        if entry.endswith(".schema") and os.path.isfile(path):
+            msg = model.load(path)
+            if msg.kind == "data":
+                found.append(("data", entry, msg))
+        elif os.path.isdir(path) and not entry.startswith((".", "_")):
+            if not _SUBDIR_RE.match(entry) or entry in ("messages", "data"):
+                raise SchemaError("%s: a schema subdirectory is named like a C++ path part, "
+                                  "not messages/data" % path)
+            for name in sorted(os.listdir(path)):
+                if not name.endswith(".schema"):
+                    continue
+                msg = model.load(os.path.join(path, name))
+                if msg.kind != "data":
+                    raise SchemaError("%s/%s: only data messages go in subdirectories"
+                                      % (entry, name))
+                found.append((entry, name, msg))
+    out = []
+    for subdir, name, msg in found:
+        if name != msg.name + ".schema":
+            raise SchemaError("%s: file must be named %s.schema" % (name, msg.name))
+        if msg.name in taken:
+            raise SchemaError("%s: the name %s is used twice" % (name, msg.name))
+        taken.add(msg.name)
+        out.append((subdir, msg))
+    return out
+
+
+_SUBDIR_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def codec_outputs(apis, data=()):
     files = {}
     base = "common/protocol/"
+    for subdir, msg in data:
+        stem = emit_cpp.data_file_stem(msg)
+        files[base + "%s/%s.h" % (subdir, stem)] = lambda d=subdir, m=msg: \
+            emit_cpp.emit_data_header(m, d)
+        files[base + "%s/%s.cc" % (subdir, stem)] = lambda d=subdir, m=msg: \
+            emit_cpp.emit_data_source(m, d)
     for api_name, req, resp in apis:
         stem = emit_cpp.api_file_stem(api_name)
         files[base + "messages/%s.h" % stem] = lambda a=api_name, q=req, s=resp: \
@@ -72,13 +120,16 @@ def codec_outputs(apis):
     return files
 
 
-def test_outputs(apis):
+def test_outputs(apis, data=()):
     files = {}
+    for subdir, msg in data:
+        files["roundtrip_%s_%s.cc" % (subdir, emit_cpp.data_file_stem(msg))] = \
+            lambda d=subdir, m=msg: emit_tests.emit_data_test(m, d)
     for api_name, req, resp in apis:
         stem = emit_cpp.api_file_stem(api_name)
         files["roundtrip_%s.cc" % stem] = lambda a=api_name, q=req, s=resp: \
             emit_tests.emit_api_test(a, q, s)
-    files["roundtrip_registry.cc"] = lambda: emit_tests.emit_registry(apis)
+    files["roundtrip_registry.cc"] = lambda: emit_tests.emit_registry(apis, data)
     return files
 
 
@@ -106,15 +157,16 @@ def main():
     args = ap.parse_args()
     try:
         apis = load_apis(args.schema_dir)
+        data = load_data(args.schema_dir, apis)
     except SchemaError as e:
         sys.stderr.write("schema error: %s\n" % e)
         return 1
     jobs = {}
     if args.out_dir:
-        for rel, fn in codec_outputs(apis).items():
+        for rel, fn in codec_outputs(apis, data).items():
             jobs[os.path.join(args.out_dir, rel)] = fn
     if args.tests_out_dir:
-        for rel, fn in test_outputs(apis).items():
+        for rel, fn in test_outputs(apis, data).items():
             jobs[os.path.join(args.tests_out_dir, rel)] = fn
     if args.list_outputs:
         print(";".join(sorted(jobs)))

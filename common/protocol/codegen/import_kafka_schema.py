@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """Converts Apache Kafka's message JSON files into Runnel's schema files.
 
-Usage: import_kafka_schema.py [--check] <kafka messages dir> <output dir>
+Usage: import_kafka_schema.py [--check] [--data [--skip-prefix P]...] <kafka messages dir>
+                              <output dir>
 
 With --check nothing is written: the exit status is 1 if <output dir> differs from what the
 import would produce (a stale or hand-broken schema file), 0 if it matches.
 
 Only the facts the codec needs are carried over (names, types, version ranges, nullability,
 tags, defaults, ignorable, entity types); Kafka's descriptive texts and comments are dropped.
-Every request/response with an apiKey is imported, plus RequestHeader and ResponseHeader.
+By default every request/response with an apiKey is imported, plus RequestHeader and
+ResponseHeader. With --data, the `data` messages are imported instead (e.g. Kafka's
+group-coordinator records into schema/coordinator/), except names starting with a
+--skip-prefix (e.g. `--skip-prefix Share`).
 The format is described in common/protocol/schema/README.md.
 """
 
@@ -31,6 +35,8 @@ def _norm_versions(v):
 
 
 def _default_literal(value):
+    if value is None:  # JSON null (some files write "null" as a string instead)
+        return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -100,10 +106,30 @@ def convert(doc, source_name):
     return "\n".join(out) + "\n"
 
 
+def _wanted(doc, data, skip_prefixes):
+    if data:
+        return doc.get("type") == "data" and not doc["name"].startswith(tuple(skip_prefixes))
+    if doc.get("type") not in _KEEP_HEADER_KINDS:
+        return False
+    return doc["type"] == "header" or "apiKey" in doc
+
+
 def main(argv):
-    check = len(argv) > 1 and argv[1] == "--check"
-    if check:
-        argv = argv[:1] + argv[2:]
+    args = list(argv[1:])
+    check = data = False
+    skip_prefixes = []
+    while args and args[0].startswith("--"):
+        opt = args.pop(0)
+        if opt == "--check":
+            check = True
+        elif opt == "--data":
+            data = True
+        elif opt == "--skip-prefix" and args:
+            skip_prefixes.append(args.pop(0))
+        else:
+            sys.stderr.write(__doc__)
+            return 2
+    argv = argv[:1] + args
     if len(argv) != 3:
         sys.stderr.write(__doc__)
         return 2
@@ -118,9 +144,7 @@ def main(argv):
             continue
         with open(os.path.join(src, name), encoding="utf-8") as fh:
             doc = json.loads(_strip_comments(fh.read()))
-        if doc.get("type") not in _KEEP_HEADER_KINDS:
-            continue
-        if doc["type"] != "header" and "apiKey" not in doc:
+        if not _wanted(doc, data, skip_prefixes):
             continue
         text = convert(doc, name)
         out_path = os.path.join(dst, doc["name"] + ".schema")

@@ -362,7 +362,12 @@ class Message:
         if not re.match(r"^[A-Z][A-Za-z0-9]*$", self.name):
             raise SchemaError("%s: bad message name %r" % (self.where, self.name))
         self.api_key = a.pop("key", None)
-        if self.kind != "header":
+        if self.kind == "data":
+            # Kafka's "data" messages (records of internal topics, embedded payloads) are
+            # plain versioned structs: no API key, no request/response pairing.
+            if self.api_key is not None:
+                raise SchemaError("%s: a data message has no key=" % self.where)
+        elif self.kind != "header":
             if self.api_key is None:
                 raise SchemaError("%s: key= is required" % self.where)
             self.api_key = int(self.api_key)

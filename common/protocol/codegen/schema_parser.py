@@ -62,7 +62,7 @@ def parse(text, filename):
         tokens = _tokenize(raw.strip(), where)
         if level == 0:
             kind = tokens[0]
-            if kind in ("request", "response", "header"):
+            if kind in ("request", "response", "header", "data"):
                 if doc is not None:
                     raise SchemaError("%s: a file holds one message" % where)
                 if len(tokens) < 2:
@@ -80,7 +80,7 @@ def parse(text, filename):
                 doc["structs"].append(st)
                 stack = [(0, st["fields"])]
             else:
-                raise SchemaError("%s: expected request, response, header or struct" % where)
+                raise SchemaError("%s: expected request, response, header, data or struct" % where)
             continue
         if doc is None:
             raise SchemaError("%s: field before the message line" % where)
