@@ -61,7 +61,9 @@ Broker::Broker(const config::Config& config)
       controller_(loop_, grpcutil::SocketPath(config.GetString("runnel.run.dir"), "controllerd")),
       storage_(loop_, grpcutil::SocketPath(config.GetString("runnel.run.dir"), "storaged")),
       appends_(loop_, storage_),
-      context_{loop_, config_, metadata_, controller_, node_id_, storage_, partitions_, appends_},
+      context_{loop_,       config_,     metadata_, controller_, node_id_,
+               storage_,    partitions_, appends_,  groups_},
+      groups_(context_),
       reconciler_(loop_, metadata_, partitions_, storage_, node_id_,
                   [this](const MetadataCache& cache, const TopicInfo& topic) {
                     return StorageConfigsFor(cache, topic);
@@ -92,6 +94,8 @@ void Broker::StopLoop() {
     auto pending = std::move(context_.cancel_on_stop);
     context_.cancel_on_stop.clear();
     for (auto& [id, cancel] : pending) cancel();
+    // Group shards answer their parked requests and close their timers.
+    groups_.Stop();
     server_.Close();
     // Close what else is open (signal handlers, pending timers) so the loop can end.
     uv_walk(
@@ -151,7 +155,10 @@ Status Broker::Start() {
   std::string socket = grpcutil::SocketPath(config_.GetString("runnel.run.dir"), "brokerd");
   RUNNEL_ASSIGN_OR_RETURN(grpc_server_, grpcutil::StartUnixServer(socket, {&admin_}));
   grpcutil::SetServing(*grpc_server_, false);
-  partitions_.OnEveryChange([this] { reconciler_.Kick(); });
+  partitions_.OnEveryChange([this] {
+    reconciler_.Kick();
+    groups_.Reconcile();
+  });
   storage_.StartWatch(
       [this](const storage::PartitionChange& change, bool snapshot) {
         if (snapshot) {
@@ -186,6 +193,7 @@ void Broker::OnMetadata(const runnel::controller::MetadataUpdate& update) {
     dispatcher_.Release();
   }
   reconciler_.Kick();
+  groups_.Reconcile();
 }
 
 int Broker::Run() {

@@ -15,6 +15,7 @@
 #include "brokerd/admin_service.h"
 #include "brokerd/append_batcher.h"
 #include "brokerd/controller_client.h"
+#include "brokerd/group/coordinator.h"
 #include "brokerd/handlers/handler.h"
 #include "brokerd/metadata_cache.h"
 #include "brokerd/net/event_loop.h"
@@ -66,6 +67,7 @@ class Broker {
   PartitionStates partitions_;
   AppendBatcher appends_;
   BrokerContext context_;
+  group::Coordinator groups_;  // built after context_ (whose config it reads), which names it
   StorageReconciler reconciler_;
   Dispatcher dispatcher_;
   KafkaServer server_;

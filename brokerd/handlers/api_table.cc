@@ -23,6 +23,19 @@ std::span<const ApiEntry> SupportedApis() {
       {ApiKey::kDescribeConfigs, 1, 4, &HandleDescribeConfigs},
       {ApiKey::kAlterConfigs, 0, 2, &HandleAlterConfigs},
       {ApiKey::kIncrementalAlterConfigs, 0, 1, &HandleIncrementalAlterConfigs},
+      {ApiKey::kFindCoordinator, 0, 6, &HandleFindCoordinator},
+      {ApiKey::kOffsetCommit, 2, 9, &HandleOffsetCommit},
+      {ApiKey::kOffsetFetch, 1, 9, &HandleOffsetFetch},
+      {ApiKey::kOffsetDelete, 0, 0, &HandleOffsetDelete},
+      {ApiKey::kListGroups, 0, 5, &HandleListGroups},
+      {ApiKey::kDescribeGroups, 0, 5, &HandleDescribeGroups},
+      {ApiKey::kDeleteGroups, 0, 2, &HandleDeleteGroups},
+      {ApiKey::kConsumerGroupHeartbeat, 0, 1, &HandleConsumerGroupHeartbeat},
+      {ApiKey::kConsumerGroupDescribe, 0, 0, &HandleConsumerGroupDescribe},
+      {ApiKey::kJoinGroup, 0, 9, &HandleJoinGroup},
+      {ApiKey::kSyncGroup, 0, 5, &HandleSyncGroup},
+      {ApiKey::kHeartbeat, 0, 4, &HandleHeartbeat},
+      {ApiKey::kLeaveGroup, 0, 5, &HandleLeaveGroup},
   };
   return kApis;
 }

@@ -27,6 +27,10 @@
 
 namespace runnel::brokerd {
 
+namespace group {
+class Coordinator;  // brokerd/group/coordinator.h
+}
+
 struct BrokerContext {
   EventLoop& loop;
   const config::Config& config;
@@ -36,6 +40,8 @@ struct BrokerContext {
   StorageClient& storage;
   PartitionStates& partitions;
   AppendBatcher& appends;
+  // The group coordinator (FindCoordinator, OffsetCommit, JoinGroup, ...).
+  group::Coordinator& groups;
   // Work waiting on the loop (long-poll fetches) registers how to end it early; the broker
   // runs these when it stops, before the loop's handles are closed.
   std::unordered_map<uint64_t, std::function<void()>> cancel_on_stop = {};
@@ -70,6 +76,19 @@ void HandleCreatePartitions(BrokerContext&, std::unique_ptr<RequestContext>, Res
 void HandleDescribeConfigs(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleAlterConfigs(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleIncrementalAlterConfigs(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleFindCoordinator(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleOffsetCommit(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleOffsetFetch(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleOffsetDelete(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleListGroups(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleDescribeGroups(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleDeleteGroups(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleConsumerGroupHeartbeat(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleConsumerGroupDescribe(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleJoinGroup(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleSyncGroup(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleHeartbeat(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleLeaveGroup(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 
 // AlterConfigs and IncrementalAlterConfigs (alter_configs.cc): answers here the broker
 // resources naming another node, as Kafka's broker does, sends the rest to the controller,

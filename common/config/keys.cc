@@ -43,6 +43,30 @@ std::string ValidateLogLevel(std::string_view v) {
   return OneOf(v, {"trace", "debug", "info", "warn", "error", "off"});
 }
 
+std::string ValidateGroupProtocols(std::string_view v) {
+  std::vector<std::string> protocols = SplitList(v);
+  if (protocols.empty()) return "needs at least one of classic, consumer";
+  for (const std::string& p : protocols) {
+    if (p != "classic" && p != "consumer") {
+      return fmt::format("unknown group protocol '{}' (known: classic, consumer)", p);
+    }
+  }
+  return "";
+}
+
+std::string ValidateAssignors(std::string_view v) {
+  std::vector<std::string> names = SplitList(v);
+  if (names.empty()) return "needs at least one assignor";
+  for (const std::string& n : names) {
+    if (n != "uniform" && n != "range" &&
+        n != "org.apache.kafka.coordinator.group.assignor.UniformAssignor" &&
+        n != "org.apache.kafka.coordinator.group.assignor.RangeAssignor") {
+      return fmt::format("unknown assignor '{}' (known: uniform, range)", n);
+    }
+  }
+  return "";
+}
+
 std::vector<KeyDef> Declare() {
   std::vector<KeyDef> keys = {
       {"node.id", KeyType::kInt, "1", 0, INT32_MAX,
@@ -138,6 +162,58 @@ std::vector<KeyDef> Declare() {
        "Default replication factor of a topic created without one."},
       {"auto.create.topics.enable", KeyType::kBool, "true", 0, 0,
        "Create a topic when a client asks for metadata of an unknown one."},
+      {"offsets.topic.num.partitions", KeyType::kInt, "50", 1, INT32_MAX,
+       "Partitions of __consumer_offsets; a group lives on partition abs(hash(group.id)) % this. "
+       "Read when the topic is created; changing it later moves groups away from their state."},
+      {"offsets.topic.replication.factor", KeyType::kInt, "3", 1, 32767,
+       "Replication factor of __consumer_offsets. As in Kafka, the topic is not created (and "
+       "FindCoordinator answers COORDINATOR_NOT_AVAILABLE) until this many brokers are alive."},
+      {"offsets.topic.segment.bytes", KeyType::kInt, "104857600", 1, INT32_MAX,
+       "segment.bytes of __consumer_offsets, kept small for fast compaction and loading."},
+      {"offsets.topic.compression.codec", KeyType::kInt, "0", 0, 4,
+       "Compression of the batches the group coordinator writes: 0 none, 1 gzip, 2 snappy, "
+       "3 lz4, 4 zstd."},
+      {"offsets.retention.minutes", KeyType::kInt, "10080", 1, INT32_MAX,
+       "Committed offsets of a group with no members are deleted this long after the group "
+       "became empty (or after their commit, for groups that never had members)."},
+      {"offsets.retention.check.interval.ms", KeyType::kLong, "600000", 1, kLongMax,
+       "How often the coordinator looks for expired offsets."},
+      {"offsets.commit.timeout.ms", KeyType::kInt, "5000", 1, INT32_MAX,
+       "Longest an offset commit or group write waits to be stored before it fails with "
+       "REQUEST_TIMED_OUT."},
+      {"offset.metadata.max.bytes", KeyType::kInt, "4096", 0, INT32_MAX,
+       "Largest metadata string of one committed offset; a longer one is "
+       "OFFSET_METADATA_TOO_LARGE."},
+      {"group.min.session.timeout.ms", KeyType::kInt, "6000", 0, INT32_MAX,
+       "Smallest session.timeout.ms a classic-protocol member may ask for."},
+      {"group.max.session.timeout.ms", KeyType::kInt, "1800000", 0, INT32_MAX,
+       "Largest session.timeout.ms a classic-protocol member may ask for."},
+      {"group.initial.rebalance.delay.ms", KeyType::kInt, "3000", 0, INT32_MAX,
+       "How long the first rebalance of an empty classic group waits for more members, "
+       "growing by this much per new member up to the rebalance timeout."},
+      {"group.max.size", KeyType::kInt, "2147483647", 1, INT32_MAX,
+       "Most members of one classic group; a join beyond it gets GROUP_MAX_SIZE_REACHED."},
+      {"group.coordinator.rebalance.protocols", KeyType::kList, "classic,consumer", 0, 0,
+       "Group protocols served: classic (JoinGroup/SyncGroup) and consumer "
+       "(KIP-848 ConsumerGroupHeartbeat).", true, ValidateGroupProtocols},
+      {"group.consumer.session.timeout.ms", KeyType::kInt, "45000", 1, INT32_MAX,
+       "KIP-848 consumer groups: a member that does not heartbeat for this long is removed."},
+      {"group.consumer.min.session.timeout.ms", KeyType::kInt, "45000", 1, INT32_MAX,
+       "Smallest group.consumer.session.timeout.ms allowed."},
+      {"group.consumer.max.session.timeout.ms", KeyType::kInt, "60000", 1, INT32_MAX,
+       "Largest group.consumer.session.timeout.ms allowed."},
+      {"group.consumer.heartbeat.interval.ms", KeyType::kInt, "5000", 1, INT32_MAX,
+       "KIP-848 consumer groups: the heartbeat interval given to members."},
+      {"group.consumer.min.heartbeat.interval.ms", KeyType::kInt, "5000", 1, INT32_MAX,
+       "Smallest group.consumer.heartbeat.interval.ms allowed."},
+      {"group.consumer.max.heartbeat.interval.ms", KeyType::kInt, "15000", 1, INT32_MAX,
+       "Largest group.consumer.heartbeat.interval.ms allowed."},
+      {"group.consumer.max.size", KeyType::kInt, "2147483647", 1, INT32_MAX,
+       "Most members of one KIP-848 consumer group; a join beyond it gets "
+       "GROUP_MAX_SIZE_REACHED."},
+      {"group.consumer.assignors", KeyType::kList, "uniform,range", 0, 0,
+       "Server-side assignors of KIP-848 consumer groups, the first being the default: "
+       "uniform and range (Kafka's class names are accepted too).", true, ValidateAssignors},
       {"socket.request.max.bytes", KeyType::kInt, "104857600", 1, INT32_MAX,
        "Largest request frame accepted; a bigger size prefix closes the connection."},
       {"max.connections", KeyType::kInt, "2147483647", 1, INT32_MAX,

@@ -57,6 +57,8 @@ class Node:
             "metadata.log.dir": os.path.join(self.dir, "metadata"),
             "runnel.run.dir": os.path.join(self.dir, "run"),
             "runnel.supervisor.restart.backoff.initial.ms": "100",
+            # One node: __consumer_offsets can only have one replica (Kafka's default is 3).
+            "offsets.topic.replication.factor": "1",
         }
         config.update(extra_config or {})
         self.write_config(config)

@@ -1,0 +1,77 @@
+// DeleteGroups (key 42), v0-v2: removes groups without members, with their offsets, by
+// writing tombstones for every offset and for the group.
+//
+// As Kafka: a group with members is NON_EMPTY_GROUP; one that does not exist is
+// GROUP_ID_NOT_FOUND; routing and write errors are per group.
+#include "brokerd/group/coordinator.h"
+#include "brokerd/handlers/handler.h"
+
+namespace runnel::brokerd {
+namespace {
+
+using protocol::DeleteGroupsRequest;
+using protocol::DeleteGroupsResponse;
+using protocol::ErrorCode;
+
+int16_t Wire(ErrorCode e) { return static_cast<int16_t>(e); }
+
+// 0 when the group can be deleted, else its error.
+int16_t CheckDeletable(const group::GroupSlot* slot) {
+  if (slot == nullptr) return Wire(ErrorCode::kGroupIdNotFound);
+  if (slot->classic) {
+    if (slot->classic->state() == group::ClassicGroup::State::kDead) {
+      return Wire(ErrorCode::kGroupIdNotFound);
+    }
+    if (slot->classic->state() != group::ClassicGroup::State::kEmpty) {
+      return Wire(ErrorCode::kNonEmptyGroup);
+    }
+  }
+  if (slot->consumer && !slot->consumer->empty()) return Wire(ErrorCode::kNonEmptyGroup);
+  return 0;
+}
+
+struct Pending {
+  std::shared_ptr<RequestContext> ctx;
+  Respond respond;
+  DeleteGroupsResponse resp;
+  int outstanding = 1;
+
+  void Done() {
+    if (--outstanding == 0) respond(EncodeResponse(*ctx, resp));
+  }
+};
+
+}  // namespace
+
+void HandleDeleteGroups(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
+                        Respond respond) {
+  DeleteGroupsRequest req;
+  if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
+
+  auto pending = std::make_shared<Pending>();
+  pending->ctx = std::move(ctx);
+  pending->respond = std::move(respond);
+  pending->resp.results.reserve(req.groups_names.size());
+  for (const std::string& id : req.groups_names) {
+    DeleteGroupsResponse::DeletableGroupResult& r = pending->resp.results.emplace_back();
+    r.group_id = id;
+    group::Coordinator::Route route = broker.groups.RouteGroup(id);
+    if (route.error != 0) {
+      r.error_code = route.error;
+      continue;
+    }
+    if (int16_t error = CheckDeletable(route.shard->Find(id)); error != 0) {
+      r.error_code = error;
+      continue;
+    }
+    const size_t index = pending->resp.results.size() - 1;
+    ++pending->outstanding;
+    route.shard->DeleteGroup(id, [pending, index](int16_t error) {
+      pending->resp.results[index].error_code = group::RequestErrorForWrite(error);
+      pending->Done();
+    });
+  }
+  pending->Done();
+}
+
+}  // namespace runnel::brokerd

@@ -1,0 +1,112 @@
+// FindCoordinator (key 10), v0-v6: the broker leading a group's partition of
+// __consumer_offsets, as clients reach it through the listener the request came in on.
+// As in Kafka, asking creates __consumer_offsets when it does not exist yet (this answer
+// waits for it). Key type 0 (group) only: there is no transaction coordinator yet, so key
+// type 1 is COORDINATOR_NOT_AVAILABLE; other key types are INVALID_REQUEST. v4+ asks for
+// several keys at once. An answer naming this broker waits (boundedly) until the group's
+// shard has loaded, so the client's next request does not meet COORDINATOR_LOAD_IN_PROGRESS.
+#include "brokerd/group/coordinator.h"
+#include "brokerd/handlers/handler.h"
+
+namespace runnel::brokerd {
+namespace {
+
+using protocol::ErrorCode;
+using protocol::FindCoordinatorRequest;
+using protocol::FindCoordinatorResponse;
+
+constexpr int8_t kGroupKey = 0;
+constexpr int8_t kTransactionKey = 1;
+// How long an answer naming this broker may wait for the group's shard to finish loading.
+constexpr int64_t kLoadWaitMs = 10000;
+
+struct Answer {
+  int16_t error = 0;
+  std::optional<std::string> message;
+  int32_t node_id = -1;
+  std::string host;
+  int32_t port = -1;
+};
+
+// Kafka's error_message: the error's default message ("NONE" when there is none).
+std::string DefaultMessage(int16_t error) {
+  return std::string(protocol::ErrorName(static_cast<ErrorCode>(error)));
+}
+
+Answer Locate(BrokerContext& broker, const std::string& listener, int8_t key_type,
+              const std::string& key, int16_t ensure_error) {
+  Answer a;
+  if (key_type == kTransactionKey) {
+    a.error = static_cast<int16_t>(ErrorCode::kCoordinatorNotAvailable);
+    a.message = "This broker has no transaction coordinator yet";
+    return a;
+  }
+  if (key_type != kGroupKey) {
+    a.error = static_cast<int16_t>(ErrorCode::kInvalidRequest);
+    a.message = fmt::format("Unknown coordinator key type {}", key_type);
+    return a;
+  }
+  const TopicInfo* topic = broker.metadata.FindTopic(std::string(group::kOffsetsTopic));
+  if (ensure_error != 0 || topic == nullptr) {
+    a.error = static_cast<int16_t>(ErrorCode::kCoordinatorNotAvailable);
+    return a;
+  }
+  auto p = topic->partitions.find(broker.groups.PartitionFor(key));
+  if (p == topic->partitions.end() || p->second.leader < 0) {
+    a.error = static_cast<int16_t>(ErrorCode::kCoordinatorNotAvailable);
+    return a;
+  }
+  for (BrokerAddress& b : BrokersOnListener(broker.metadata, listener)) {
+    if (b.id != p->second.leader) continue;
+    a.node_id = b.id;
+    a.host = std::move(b.host);
+    a.port = b.port;
+    return a;
+  }
+  // The leader is fenced or has no endpoint on this listener.
+  a.error = static_cast<int16_t>(ErrorCode::kCoordinatorNotAvailable);
+  return a;
+}
+
+}  // namespace
+
+void HandleFindCoordinator(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
+                           Respond respond) {
+  auto req = std::make_shared<FindCoordinatorRequest>();
+  if (!DecodeRequest(*ctx, req.get())) return respond(Response::Close());
+  const int16_t version = ctx->header.api_version;
+  if (version < 4) req->coordinator_keys = {req->key};
+
+  const bool wants_group = req->key_type == kGroupKey && !req->coordinator_keys.empty();
+  std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);
+  auto answer = [&broker, shared_ctx, req, respond, version](int16_t ensure_error) {
+    FindCoordinatorResponse resp;
+    for (const std::string& key : req->coordinator_keys) {
+      Answer a = Locate(broker, shared_ctx->listener, req->key_type, key, ensure_error);
+      if (version < 4) {
+        resp.error_code = a.error;
+        resp.error_message = a.message.has_value() ? a.message : DefaultMessage(a.error);
+        resp.node_id = NodeId(a.node_id);
+        resp.host = std::move(a.host);
+        resp.port = a.port;
+        break;
+      }
+      FindCoordinatorResponse::Coordinator c;
+      c.key = key;
+      c.error_code = a.error;
+      c.error_message = a.message;
+      c.node_id = NodeId(a.node_id);
+      c.host = std::move(a.host);
+      c.port = a.port;
+      resp.coordinators.push_back(std::move(c));
+    }
+    respond(EncodeResponse(*shared_ctx, resp));
+  };
+  if (!wants_group) return answer(0);
+  broker.groups.EnsureOffsetsTopic([&broker, req, answer](int16_t error) {
+    if (error != 0) return answer(error);
+    broker.groups.WaitUntilLoaded(req->coordinator_keys, kLoadWaitMs, [answer] { answer(0); });
+  });
+}
+
+}  // namespace runnel::brokerd

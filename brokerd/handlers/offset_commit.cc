@@ -1,0 +1,133 @@
+// OffsetCommit (key 8), v2-v9: a group's committed offsets, written to its partition of
+// __consumer_offsets and answered once durable.
+//
+// As Kafka: partitions of unknown topics are UNKNOWN_TOPIC_OR_PARTITION (and never reach
+// the group); the group then checks the committer (generation/member for classic groups,
+// member epoch for KIP-848 groups, v9+); a commit with generation -1 to a group that does
+// not exist creates an offsets-only ("simple") group; an oversized metadata string is
+// OFFSET_METADATA_TOO_LARGE for its partition alone. A group-level error goes on every
+// partition that reached the group.
+#include "brokerd/group/coordinator.h"
+#include "brokerd/handlers/handler.h"
+
+namespace runnel::brokerd {
+namespace {
+
+using protocol::ErrorCode;
+using protocol::OffsetCommitRequest;
+using protocol::OffsetCommitResponse;
+
+constexpr int16_t kFirstGroupIdNotFoundVersion = 9;
+constexpr int16_t kFirstLeaderEpochVersion = 6;
+constexpr int16_t kLastRetentionTimeVersion = 4;
+
+int16_t Wire(ErrorCode e) { return static_cast<int16_t>(e); }
+
+// Kafka's checks of the committer against the group (OffsetMetadataManager's
+// validateOffsetCommit): 0 or the group-level error.
+int16_t ValidateCommitter(group::GroupSlot* slot, const OffsetCommitRequest& req, int16_t version) {
+  const int32_t generation = req.generation_id_or_member_epoch;
+  if (slot == nullptr) {
+    // No group: generation -1 is the admin client or a consumer using assign().
+    if (generation < 0) return 0;
+    return version >= kFirstGroupIdNotFoundVersion ? Wire(ErrorCode::kGroupIdNotFound)
+                                                   : Wire(ErrorCode::kIllegalGeneration);
+  }
+  if (slot->classic) {
+    return slot->classic->ValidateOffsetCommit(req.member_id, req.group_instance_id, generation);
+  }
+  if (slot->consumer) {
+    return slot->consumer->ValidateOffsetCommit(req.member_id, generation, version,
+                                                /*transactional=*/false);
+  }
+  // An offsets-only group is Kafka's Empty "simple" classic group: anyone with generation
+  // -1; a member of it otherwise, and it has none.
+  return generation < 0 ? 0 : Wire(ErrorCode::kUnknownMemberId);
+}
+
+}  // namespace
+
+void HandleOffsetCommit(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
+                        Respond respond) {
+  OffsetCommitRequest req;
+  if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
+  const int16_t version = ctx->header.api_version;
+
+  // Every partition gets its entry now, in request order; `valid` points at those that go to
+  // the group.
+  auto resp = std::make_shared<OffsetCommitResponse>();
+  struct Item {
+    size_t topic;
+    size_t partition;
+  };
+  std::vector<Item> valid;
+  for (size_t ti = 0; ti < req.topics.size(); ++ti) {
+    const auto& topic = req.topics[ti];
+    OffsetCommitResponse::OffsetCommitResponseTopic& out = resp->topics.emplace_back();
+    out.name = topic.name;
+    const TopicInfo* info = broker.metadata.FindTopic(topic.name);
+    for (size_t pi = 0; pi < topic.partitions.size(); ++pi) {
+      OffsetCommitResponse::OffsetCommitResponsePartition& p = out.partitions.emplace_back();
+      p.partition_index = topic.partitions[pi].partition_index;
+      if (info == nullptr || info->partitions.count(p.partition_index) == 0) {
+        p.error_code = Wire(ErrorCode::kUnknownTopicOrPartition);
+        continue;
+      }
+      valid.push_back({ti, pi});
+    }
+  }
+  auto set_all = [&resp, &valid](int16_t error) {
+    for (const Item& it : valid) resp->topics[it.topic].partitions[it.partition].error_code = error;
+  };
+  if (valid.empty()) return respond(EncodeResponse(*ctx, *resp));
+
+  group::Coordinator::Route route = broker.groups.RouteGroup(req.group_id);
+  if (route.error != 0) {
+    set_all(route.error);
+    return respond(EncodeResponse(*ctx, *resp));
+  }
+  group::Shard& shard = *route.shard;
+  if (int16_t error = ValidateCommitter(shard.Find(req.group_id), req, version); error != 0) {
+    set_all(error);
+    return respond(EncodeResponse(*ctx, *resp));
+  }
+
+  const int64_t now = shard.NowMs();
+  const int64_t expire_at = version <= kLastRetentionTimeVersion && req.retention_time_ms != -1
+                                ? now + req.retention_time_ms
+                                : -1;
+  std::vector<group::Shard::Commit> commits;
+  std::vector<Item> written;
+  for (const Item& it : valid) {
+    const auto& in = req.topics[it.topic].partitions[it.partition];
+    auto& out = resp->topics[it.topic].partitions[it.partition];
+    const std::string metadata = in.committed_metadata.value_or("");
+    if (static_cast<int64_t>(metadata.size()) > shard.config().offset_metadata_max_bytes) {
+      out.error_code = Wire(ErrorCode::kOffsetMetadataTooLarge);
+      continue;
+    }
+    group::Shard::Commit c;
+    c.topic = req.topics[it.topic].name;
+    c.partition = in.partition_index;
+    c.value.offset = in.committed_offset;
+    c.value.leader_epoch = version >= kFirstLeaderEpochVersion ? in.committed_leader_epoch : -1;
+    c.value.metadata = metadata;
+    c.value.commit_timestamp_ms = now;
+    c.value.expire_timestamp_ms = expire_at;
+    commits.push_back(std::move(c));
+    written.push_back(it);
+  }
+  if (commits.empty()) return respond(EncodeResponse(*ctx, *resp));
+
+  std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);
+  shard.CommitOffsets(req.group_id, std::move(commits),
+                      [resp, written, shared_ctx, respond](int16_t error) {
+                        const int16_t code = group::RequestErrorForWrite(error);
+                        for (const Item& it : written) {
+                          resp->topics[it.topic].partitions[it.partition].error_code = code;
+                        }
+                        respond(EncodeResponse(*shared_ctx, *resp));
+                      });
+}
+
+}  // namespace runnel::brokerd

@@ -1,0 +1,184 @@
+// OffsetFetch (key 9), v1-v9: a group's committed offsets, from the coordinator's memory.
+//
+// One group (v1-v7) or many (v8+). Null topics (v2+) ask for every partition the group has
+// committed. A partition without a committed offset answers offset -1, empty metadata and
+// no error, also for a group that does not exist (Kafka's behaviour). With require_stable
+// (v7+), a partition whose commit is still being written answers UNSTABLE_OFFSET_COMMIT so
+// the client retries. v9 carries the member id and epoch, checked for KIP-848 groups.
+// Group-level errors (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, a stale member epoch):
+// per group in v8+, the top-level error in v2-v7, on every asked partition in v1.
+#include "brokerd/group/coordinator.h"
+#include "brokerd/handlers/handler.h"
+
+namespace runnel::brokerd {
+namespace {
+
+using protocol::ErrorCode;
+using protocol::OffsetFetchRequest;
+using protocol::OffsetFetchResponse;
+
+constexpr int16_t kFirstTopLevelErrorVersion = 2;
+constexpr int16_t kFirstMultiGroupVersion = 8;
+
+int16_t Wire(ErrorCode e) { return static_cast<int16_t>(e); }
+
+struct PartitionResult {
+  int32_t partition = 0;
+  int64_t offset = -1;
+  int32_t leader_epoch = -1;
+  std::string metadata;
+  int16_t error = 0;
+};
+struct TopicResult {
+  std::string name;
+  std::vector<PartitionResult> partitions;
+};
+struct GroupQuery {
+  std::string group_id;
+  std::optional<std::string> member_id;
+  int32_t member_epoch = -1;
+  std::optional<std::vector<std::pair<std::string, std::vector<int32_t>>>> topics;
+};
+struct GroupResult {
+  int16_t error = 0;
+  std::vector<TopicResult> topics;
+};
+
+PartitionResult Lookup(const group::GroupSlot* slot, const std::string& topic, int32_t partition,
+                       bool require_stable) {
+  PartitionResult r;
+  r.partition = partition;
+  if (slot == nullptr) return r;
+  const group::TopicPartition tp{topic, partition};
+  if (require_stable && slot->pending_partitions.count(tp) > 0) {
+    r.error = Wire(ErrorCode::kUnstableOffsetCommit);
+    return r;
+  }
+  auto it = slot->offsets.find(tp);
+  if (it == slot->offsets.end()) return r;
+  r.offset = it->second.offset;
+  r.leader_epoch = it->second.leader_epoch;
+  r.metadata = it->second.metadata;
+  return r;
+}
+
+GroupResult FetchGroup(BrokerContext& broker, const GroupQuery& q, bool require_stable) {
+  GroupResult result;
+  group::Coordinator::Route route = broker.groups.RouteGroup(q.group_id);
+  if (route.error != 0) {
+    result.error = route.error;
+    return result;
+  }
+  const group::GroupSlot* slot = route.shard->Find(q.group_id);
+  if (slot != nullptr) {
+    int16_t error = 0;
+    if (slot->consumer && (q.member_id.has_value() || q.member_epoch >= 0)) {
+      error = slot->consumer->ValidateOffsetFetch(q.member_id.value_or(""), q.member_epoch);
+    } else if (slot->classic) {
+      error = slot->classic->ValidateOffsetFetch(q.member_id.value_or(""), q.member_epoch);
+    }
+    if (error == Wire(ErrorCode::kGroupIdNotFound)) {
+      slot = nullptr;  // a Dead group: as if it did not exist
+    } else if (error != 0) {
+      result.error = error;
+      return result;
+    }
+  }
+  if (q.topics.has_value()) {
+    for (const auto& [name, partitions] : *q.topics) {
+      TopicResult& t = result.topics.emplace_back();
+      t.name = name;
+      for (int32_t p : partitions) t.partitions.push_back(Lookup(slot, name, p, require_stable));
+    }
+    return result;
+  }
+  if (slot == nullptr) return result;
+  for (const auto& [tp, offset] : slot->offsets) {
+    if (result.topics.empty() || result.topics.back().name != tp.first) {
+      result.topics.emplace_back().name = tp.first;
+    }
+    result.topics.back().partitions.push_back(Lookup(slot, tp.first, tp.second, require_stable));
+  }
+  return result;
+}
+
+}  // namespace
+
+void HandleOffsetFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
+                       Respond respond) {
+  OffsetFetchRequest req;
+  if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
+  const int16_t version = ctx->header.api_version;
+
+  std::vector<GroupQuery> queries;
+  if (version < kFirstMultiGroupVersion) {
+    GroupQuery& q = queries.emplace_back();
+    q.group_id = req.group_id;
+    if (req.topics.has_value()) {
+      q.topics.emplace();
+      for (const auto& t : *req.topics) q.topics->emplace_back(t.name, t.partition_indexes);
+    }
+  } else {
+    for (const auto& g : req.groups) {
+      GroupQuery& q = queries.emplace_back();
+      q.group_id = g.group_id;
+      q.member_id = g.member_id;
+      q.member_epoch = g.member_epoch;
+      if (g.topics.has_value()) {
+        q.topics.emplace();
+        for (const auto& t : *g.topics) q.topics->emplace_back(t.name, t.partition_indexes);
+      }
+    }
+  }
+
+  OffsetFetchResponse resp;
+  for (const GroupQuery& q : queries) {
+    GroupResult r = FetchGroup(broker, q, req.require_stable);
+    if (version >= kFirstMultiGroupVersion) {
+      OffsetFetchResponse::OffsetFetchResponseGroup& g = resp.groups.emplace_back();
+      g.group_id = q.group_id;
+      g.error_code = r.error;
+      for (TopicResult& t : r.topics) {
+        auto& ot = g.topics.emplace_back();
+        ot.name = std::move(t.name);
+        for (PartitionResult& p : t.partitions) {
+          auto& op = ot.partitions.emplace_back();
+          op.partition_index = p.partition;
+          op.committed_offset = p.offset;
+          op.committed_leader_epoch = p.leader_epoch;
+          op.metadata = std::move(p.metadata);
+          op.error_code = p.error;
+        }
+      }
+      continue;
+    }
+    if (r.error != 0 && version < kFirstTopLevelErrorVersion && q.topics.has_value()) {
+      // No top-level error before v2: the group's error goes on each asked partition.
+      for (const auto& [name, partitions] : *q.topics) {
+        TopicResult& t = r.topics.emplace_back();
+        t.name = name;
+        for (int32_t p : partitions) {
+          PartitionResult& pr = t.partitions.emplace_back();
+          pr.partition = p;
+          pr.error = r.error;
+        }
+      }
+    }
+    resp.error_code = version >= kFirstTopLevelErrorVersion ? r.error : 0;
+    for (TopicResult& t : r.topics) {
+      auto& ot = resp.topics.emplace_back();
+      ot.name = std::move(t.name);
+      for (PartitionResult& p : t.partitions) {
+        auto& op = ot.partitions.emplace_back();
+        op.partition_index = p.partition;
+        op.committed_offset = p.offset;
+        op.committed_leader_epoch = p.leader_epoch;
+        op.metadata = std::move(p.metadata);
+        op.error_code = p.error;
+      }
+    }
+  }
+  respond(EncodeResponse(*ctx, resp));
+}
+
+}  // namespace runnel::brokerd

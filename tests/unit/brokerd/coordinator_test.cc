@@ -1,0 +1,403 @@
+// The group coordinator's core: the group -> partition mapping Kafka uses, and a Shard
+// writing to and loading from a real __consumer_offsets partition in an in-process
+// StorageService (commits survive an unload and a load; expiry writes tombstones).
+#include "brokerd/group/coordinator.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "brokerd/append_batcher.h"
+#include "brokerd/controller_client.h"
+#include "brokerd/handlers/handler.h"
+#include "brokerd/metadata_cache.h"
+#include "brokerd/partition_states.h"
+#include "brokerd/storage_client.h"
+#include "common/grpc/unix_server.h"
+#include "common/protocol/uuid.h"
+#include "storaged/storage_service.h"
+
+namespace runnel::brokerd::group {
+namespace {
+
+// Expected values computed with Java's String.hashCode (UTF-16 code units) and Kafka's
+// Utils.abs.
+TEST(OffsetsPartitionForTest, MatchesKafka) {
+  EXPECT_EQ(OffsetsPartitionFor("my-group", 50), 12);  // hash -1906497762
+  EXPECT_EQ(OffsetsPartitionFor("my-group", 7), 1);
+  EXPECT_EQ(OffsetsPartitionFor("", 50), 0);
+  EXPECT_EQ(OffsetsPartitionFor("test", 50), 48);              // hash 3556498
+  EXPECT_EQ(OffsetsPartitionFor("consumer-group-1", 50), 20);  // hash 147483020
+  EXPECT_EQ(OffsetsPartitionFor("connect-cluster", 7), 5);     // hash 1440343063
+  // Non-ASCII: one UTF-16 unit per BMP character, a surrogate pair above it.
+  EXPECT_EQ(OffsetsPartitionFor("gr\xc3\xbcppe", 50), 12);      // "grüppe", -1233264812
+  EXPECT_EQ(OffsetsPartitionFor("\xe7\xbb\x84", 50), 2);        // U+7EC4, 32452
+  EXPECT_EQ(OffsetsPartitionFor("g\xf0\x9f\x98\x80", 50), 32);  // g + U+1F600, 1871882
+  // Hash Integer.MIN_VALUE: Utils.abs gives 0 (a plain abs would give a negative index).
+  EXPECT_EQ(OffsetsPartitionFor("polygenelubricants", 7), 0);
+  // Bytes that are not UTF-8 count one code unit each: 'a', 0xFF, 'b' -> 101220.
+  EXPECT_EQ(OffsetsPartitionFor("a\xff\x62", 50), 20);
+  EXPECT_EQ(OffsetsPartitionFor("anything", 1), 0);
+}
+
+TEST(GroupConfigTest, FromConfigReadsTheKeys) {
+  auto config = config::Config::FromMap({{"offsets.retention.minutes", "2"},
+                                         {"offsets.commit.timeout.ms", "1234"},
+                                         {"group.coordinator.rebalance.protocols", "classic"},
+                                         {"group.consumer.assignors",
+                                          "org.apache.kafka.coordinator.group.assignor."
+                                          "RangeAssignor,uniform"}});
+  ASSERT_TRUE(config.ok()) << config.status();
+  GroupConfig c = GroupConfig::FromConfig(*config);
+  EXPECT_EQ(c.offsets_retention_ms, 120000);
+  EXPECT_EQ(c.offsets_commit_timeout_ms, 1234);
+  EXPECT_TRUE(c.classic_enabled);
+  EXPECT_FALSE(c.consumer_enabled);
+  EXPECT_EQ(c.consumer_assignors, (std::vector<std::string>{"range", "uniform"}));
+  EXPECT_EQ(c.offset_metadata_max_bytes, 4096);
+}
+
+class ShardTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start({}); }
+
+  void Start(std::map<std::string, std::string> overrides) {
+    char tmpl[] = "/tmp/rnl-coord-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    overrides["runnel.run.dir"] = root_;
+    auto config = config::Config::FromMap(overrides);
+    ASSERT_TRUE(config.ok()) << config.status();
+    config_ = std::make_unique<config::Config>(std::move(*config));
+    auto dirs = storaged::LogDirs::Open({root_ + "/logs"}, 1);
+    ASSERT_TRUE(dirs.ok()) << dirs.status();
+    dirs_ = std::make_unique<storaged::LogDirs>(std::move(*dirs));
+    storaged::LogManagerOptions options;
+    options.dirs = {dirs_->dirs()[0].path};
+    options.cleaner_enable = false;
+    auto logs = storaged::LogManager::Open(options);
+    ASSERT_TRUE(logs.ok()) << logs.status();
+    logs_ = std::move(*logs);
+    service_ = std::make_unique<storaged::StorageServiceImpl>(*dirs_, *logs_);
+    socket_ = root_ + "/s.sock";
+    auto server = grpcutil::StartUnixServer(socket_, {service_.get()});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    storage_ = std::make_unique<StorageClient>(loop_, socket_);
+    controller_ = std::make_unique<ControllerClient>(loop_, root_ + "/no-controller.sock");
+    appends_ = std::make_unique<AppendBatcher>(loop_, *storage_);
+    wiring_ = std::make_unique<Wiring>(loop_, *config_, metadata_, *controller_, *storage_,
+                                       partitions_, *appends_);
+    loop_thread_ = std::thread([this] { loop_.Run(); });
+    CreatePartition();
+    group_config_ = GroupConfig::FromConfig(*config_);
+  }
+
+  void TearDown() override {
+    OnLoop([this] { shard_.reset(); });
+    storage_->Stop();
+    controller_->Stop();
+    loop_.Stop([] {});
+    if (loop_thread_.joinable()) loop_thread_.join();
+    wiring_.reset();
+    appends_.reset();
+    controller_.reset();
+    storage_.reset();
+    service_->Shutdown();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    server_->Wait();
+    service_.reset();
+    ASSERT_TRUE(logs_->Shutdown().ok());
+    logs_.reset();
+    dirs_.reset();
+    std::filesystem::remove_all(root_);
+  }
+
+  // Runs `fn` on the loop and waits for it.
+  template <typename Fn>
+  void OnLoop(Fn fn) {
+    std::promise<void> done;
+    loop_.Post([&] {
+      fn();
+      done.set_value();
+    });
+    ASSERT_EQ(done.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  }
+
+  // Runs `start(finish)` on the loop and waits until `finish` was called.
+  void Await(std::function<void(std::function<void()>)> start) {
+    auto done = std::make_shared<std::promise<void>>();
+    loop_.Post([&start, done] { start([done] { done->set_value(); }); });
+    ASSERT_EQ(done->get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  }
+
+  void CreatePartition() {
+    std::promise<storage::PartitionsResponse> result;
+    storage::PartitionsRequest req;
+    auto* spec = req.add_partitions();
+    spec->set_topic(std::string(kOffsetsTopic));
+    spec->set_partition(0);
+    spec->set_topic_id(protocol::Uuid::Random().ToString());
+    (*spec->mutable_configs())["cleanup.policy"] = "compact";
+    OnLoop([&] {
+      storage_->CreatePartitions(req, std::chrono::seconds(10),
+                                 [&](const grpc::Status& s, storage::PartitionsResponse& r) {
+                                   EXPECT_TRUE(s.ok()) << s.error_message();
+                                   result.set_value(r);
+                                 });
+    });
+    auto f = result.get_future();
+    ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    storage::PartitionsResponse resp = f.get();
+    for (const auto& r : resp.partitions()) EXPECT_EQ(r.error_code(), 0) << r.error_message();
+  }
+
+  // A new shard for partition 0, loaded.
+  void LoadShard() {
+    OnLoop([this] {
+      shard_.reset();
+      shard_ = std::make_unique<Shard>(wiring_->context, 0, 0, group_config_);
+      shard_->SetClockForTest([this] { return now_ms_.load(); });
+    });
+    Await([this](std::function<void()> finish) { shard_->Load(finish); });
+    OnLoop([this] { ASSERT_EQ(shard_->state(), Shard::State::kActive); });
+  }
+
+  int16_t Commit(const std::string& group, std::vector<Shard::Commit> commits) {
+    int16_t error = -1;
+    Await([&](std::function<void()> finish) {
+      for (auto& c : commits) c.value.commit_timestamp_ms = now_ms_.load();
+      shard_->CommitOffsets(group, commits, [&error, finish](int16_t e) {
+        error = e;
+        finish();
+      });
+    });
+    return error;
+  }
+
+  int16_t Write(std::vector<LogRecord> records) {
+    int16_t error = -1;
+    Await([&](std::function<void()> finish) {
+      shard_->Write(records, [&error, finish](int16_t e) {
+        error = e;
+        finish();
+      });
+    });
+    return error;
+  }
+
+  // The shard's offsets of `group` (empty when it has no slot), read on the loop.
+  std::map<TopicPartition, CommittedOffset> Offsets(const std::string& group) {
+    std::map<TopicPartition, CommittedOffset> out;
+    OnLoop([&] {
+      if (GroupSlot* slot = shard_->Find(group)) out = slot->offsets;
+    });
+    return out;
+  }
+
+  bool HasSlot(const std::string& group) {
+    bool has = false;
+    OnLoop([&] { has = shard_->Find(group) != nullptr; });
+    return has;
+  }
+
+  static Shard::Commit C(const std::string& topic, int32_t partition, int64_t offset,
+                         std::string metadata = "", int64_t expire_at = -1) {
+    Shard::Commit c;
+    c.topic = topic;
+    c.partition = partition;
+    c.value.offset = offset;
+    c.value.leader_epoch = 3;
+    c.value.metadata = std::move(metadata);
+    c.value.expire_timestamp_ms = expire_at;
+    return c;
+  }
+
+  std::string root_, socket_;
+  std::unique_ptr<config::Config> config_;
+  GroupConfig group_config_;
+  std::unique_ptr<storaged::LogDirs> dirs_;
+  std::unique_ptr<storaged::LogManager> logs_;
+  std::unique_ptr<storaged::StorageServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  EventLoop loop_;
+  MetadataCache metadata_;
+  PartitionStates partitions_;
+  std::unique_ptr<StorageClient> storage_;
+  std::unique_ptr<ControllerClient> controller_;
+  std::unique_ptr<AppendBatcher> appends_;
+  // The context and its coordinator, built as Broker builds them (these tests drive a Shard
+  // directly; the coordinator stays idle).
+  struct Wiring {
+    Wiring(EventLoop& loop, const config::Config& config, MetadataCache& metadata,
+           ControllerClient& controller, StorageClient& storage, PartitionStates& partitions,
+           AppendBatcher& appends)
+        : context{loop, config, metadata, controller, 1, storage, partitions, appends, groups},
+          groups(context) {}
+    BrokerContext context;
+    Coordinator groups;
+  };
+  std::unique_ptr<Wiring> wiring_;
+  std::thread loop_thread_;
+  std::unique_ptr<Shard> shard_;
+  std::atomic<int64_t> now_ms_{1'000'000};
+};
+
+TEST_F(ShardTest, CommittedOffsetsSurviveUnloadAndLoad) {
+  LoadShard();
+  EXPECT_TRUE(Offsets("g1").empty());
+  ASSERT_EQ(Commit("g1", {C("orders", 0, 42, "meta"), C("orders", 1, 7)}), 0);
+  ASSERT_EQ(Commit("g2", {C("payments", 3, 100)}), 0);
+  ASSERT_EQ(Commit("g1", {C("orders", 0, 50, "newer")}), 0);  // last one wins
+  ASSERT_EQ(Commit("g3", {C("x", 0, 1)}), 0);
+  ASSERT_EQ(Write({OffsetTombstone(OffsetKey{"g3", "x", 0})}), 0);  // g3 deleted again
+  ClassicGroupValue classic;
+  classic.protocol_type = "consumer";
+  classic.generation = 4;
+  classic.protocol = "range";
+  classic.current_state_timestamp_ms = 12345;
+  ASSERT_EQ(Write({ClassicGroupRecord("g1", classic)}), 0);
+
+  auto before = Offsets("g1");
+  ASSERT_EQ(before.size(), 2u);
+  EXPECT_EQ(before.at({"orders", 0}).offset, 50);
+  EXPECT_EQ(before.at({"orders", 0}).metadata, "newer");
+
+  LoadShard();  // a fresh shard replays the partition
+  auto g1 = Offsets("g1");
+  ASSERT_EQ(g1.size(), 2u);
+  EXPECT_EQ(g1.at({"orders", 0}).offset, 50);
+  EXPECT_EQ(g1.at({"orders", 0}).metadata, "newer");
+  EXPECT_EQ(g1.at({"orders", 0}).leader_epoch, 3);
+  EXPECT_EQ(g1.at({"orders", 0}).commit_timestamp_ms, 1'000'000);
+  EXPECT_EQ(g1.at({"orders", 1}).offset, 7);
+  auto g2 = Offsets("g2");
+  ASSERT_EQ(g2.size(), 1u);
+  EXPECT_EQ(g2.at({"payments", 3}).offset, 100);
+  EXPECT_FALSE(HasSlot("g3"));
+  OnLoop([&] {
+    GroupSlot* slot = shard_->Find("g1");
+    ASSERT_NE(slot, nullptr);
+    ASSERT_TRUE(slot->classic);
+    EXPECT_EQ(slot->classic->generation(), 4);
+    EXPECT_EQ(slot->classic->StateName(), "Empty");
+    EXPECT_EQ(slot->classic->protocol_type(), "consumer");
+    GroupSlot* g2slot = shard_->Find("g2");
+    ASSERT_NE(g2slot, nullptr);
+    EXPECT_FALSE(g2slot->classic);
+    EXPECT_FALSE(g2slot->consumer);
+  });
+}
+
+// Deleting offsets and a whole group writes tombstones that a reload honours.
+TEST_F(ShardTest, DeletesAreDurable) {
+  LoadShard();
+  ASSERT_EQ(Commit("g1", {C("t", 0, 1), C("t", 1, 2), C("u", 0, 3)}), 0);
+  ASSERT_EQ(Commit("g2", {C("t", 0, 9)}), 0);
+  int16_t error = -1;
+  Await([&](std::function<void()> finish) {
+    shard_->DeleteOffsets("g1", {{"t", 1}, {"nope", 0}}, [&error, finish](int16_t e) {
+      error = e;
+      finish();
+    });
+  });
+  ASSERT_EQ(error, 0);
+  Await([&](std::function<void()> finish) {
+    shard_->DeleteGroup("g2", [&error, finish](int16_t e) {
+      error = e;
+      finish();
+    });
+  });
+  ASSERT_EQ(error, 0);
+  EXPECT_FALSE(HasSlot("g2"));
+  EXPECT_EQ(Offsets("g1").size(), 2u);
+
+  LoadShard();
+  auto g1 = Offsets("g1");
+  EXPECT_EQ(g1.size(), 2u);
+  EXPECT_EQ(g1.count({"t", 1}), 0u);
+  EXPECT_FALSE(HasSlot("g2"));
+}
+
+// A commit in flight at unload is answered NOT_COORDINATOR at once rather than dropped, and
+// so are writes after it.
+TEST_F(ShardTest, UnloadAnswersPendingWrites) {
+  LoadShard();
+  int16_t in_flight = -1;
+  int16_t after = -1;
+  auto done = std::make_shared<std::promise<void>>();
+  OnLoop([&] {
+    shard_->CommitOffsets("g", {C("t", 0, 1)}, [&in_flight](int16_t e) { in_flight = e; });
+    shard_->Unload();
+    EXPECT_EQ(in_flight, static_cast<int16_t>(protocol::ErrorCode::kNotCoordinator));
+    shard_->Write({OffsetTombstone(OffsetKey{"g", "t", 0})}, [&after, done](int16_t e) {
+      after = e;
+      done->set_value();
+    });
+  });
+  ASSERT_EQ(done->get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(after, static_cast<int16_t>(protocol::ErrorCode::kNotCoordinator));
+}
+
+// Kafka's expiry rules, with a 1 s retention on a virtual clock.
+TEST_F(ShardTest, ExpiryFollowsKafkasRules) {
+  group_config_.offsets_retention_ms = 1000;
+  now_ms_ = 1000;
+  LoadShard();
+  // An Empty classic group that became empty at t=500: its offsets count from then.
+  ClassicGroupValue classic;
+  classic.protocol_type = "consumer";
+  classic.generation = 2;
+  classic.current_state_timestamp_ms = 500;
+  ASSERT_EQ(Write({ClassicGroupRecord("classic-empty", classic)}), 0);
+  ASSERT_EQ(Commit("simple", {C("t", 0, 1), C("t", 1, 2)}), 0);  // commit t=1000
+  ASSERT_EQ(Commit("explicit", {C("t", 0, 5, "", /*expire_at=*/5000)}), 0);
+  now_ms_ = 2000;
+  ASSERT_EQ(Commit("classic-empty", {C("t", 0, 3)}), 0);  // commit t=2000
+  ASSERT_EQ(Commit("fresh", {C("t", 0, 4)}), 0);
+  LoadShard();  // the classic group is built from its record
+  OnLoop([&] { ASSERT_TRUE(shard_->Find("classic-empty")->classic); });
+
+  now_ms_ = 2500;
+  Await([&](std::function<void()> finish) { shard_->ExpireOffsets(finish); });
+  EXPECT_FALSE(HasSlot("simple"));            // 1500 ms after its commits
+  EXPECT_FALSE(HasSlot("classic-empty"));     // 2000 ms after it became empty; group removed
+  EXPECT_EQ(Offsets("explicit").size(), 1u);  // its own expire time (5000) wins
+  EXPECT_EQ(Offsets("fresh").size(), 1u);     // 500 ms old
+
+  LoadShard();  // the tombstones are in the log
+  EXPECT_FALSE(HasSlot("simple"));
+  EXPECT_FALSE(HasSlot("classic-empty"));
+  EXPECT_EQ(Offsets("explicit").size(), 1u);
+  EXPECT_EQ(Offsets("fresh").size(), 1u);
+
+  now_ms_ = 5000;
+  Await([&](std::function<void()> finish) { shard_->ExpireOffsets(finish); });
+  EXPECT_FALSE(HasSlot("explicit"));
+  EXPECT_FALSE(HasSlot("fresh"));
+}
+
+// Batches written compressed (offsets.topic.compression.codec) load back.
+class CompressedShardTest : public ShardTest {
+ protected:
+  void SetUp() override { Start({{"offsets.topic.compression.codec", "4"}}); }
+};
+
+TEST_F(CompressedShardTest, LoadsCompressedBatches) {
+  LoadShard();
+  std::vector<Shard::Commit> commits;
+  for (int p = 0; p < 50; ++p) commits.push_back(C("big", p, 1000 + p, std::string(100, 'm')));
+  ASSERT_EQ(Commit("g", commits), 0);
+  LoadShard();
+  auto offsets = Offsets("g");
+  ASSERT_EQ(offsets.size(), 50u);
+  EXPECT_EQ(offsets.at({"big", 49}).offset, 1049);
+  EXPECT_EQ(offsets.at({"big", 49}).metadata, std::string(100, 'm'));
+}
+
+}  // namespace
+}  // namespace runnel::brokerd::group
