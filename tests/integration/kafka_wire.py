@@ -3,7 +3,8 @@ one partition, acks=2, removed Produce versions. Also reads record batch headers
 test can see how the broker stored a batch (its compression, its offsets).
 
 Only what the integration tests need: Produce v2..v8 (non-flexible), Fetch v4, record
-batch v2 with uncompressed records.
+batch v2 with uncompressed records, ApiVersions v0; and ApiWriter / ApiReader, a codec for
+any API's body, flexible versions included, which tests drive through Connection.call.
 """
 import socket
 import struct
@@ -22,6 +23,7 @@ INVALID_RECORD = 87
 
 PRODUCE = 0
 FETCH = 1
+API_VERSIONS = 18
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
@@ -111,36 +113,132 @@ def produce_body(version, acks, timeout_ms, topic, partition_records):
     return body
 
 
-class Reader:
-    def __init__(self, data):
+class ApiWriter:
+    """A request body. `flexible` versions write compact strings and arrays; a struct's
+    writer ends it with tags() (a no-op in older versions)."""
+
+    def __init__(self, flexible=False):
+        self.flexible = flexible
+        self.buf = bytearray()
+
+    def _pack(self, fmt, v):
+        self.buf += struct.pack(fmt, v)
+        return self
+
+    def i8(self, v):
+        return self._pack(">b", v)
+
+    def i16(self, v):
+        return self._pack(">h", v)
+
+    def i32(self, v):
+        return self._pack(">i", v)
+
+    def i64(self, v):
+        return self._pack(">q", v)
+
+    def uuid(self, b):
+        assert len(b) == 16, b
+        self.buf += b
+        return self
+
+    def string(self, s):
+        """`s` None writes a null string."""
+        if s is None:
+            self.buf += uvarint(0) if self.flexible else struct.pack(">h", -1)
+            return self
+        b = s.encode()
+        self.buf += uvarint(len(b) + 1) if self.flexible else struct.pack(">h", len(b))
+        self.buf += b
+        return self
+
+    def array(self, items, write_item):
+        """`items` None writes a null array."""
+        if items is None:
+            self.buf += uvarint(0) if self.flexible else struct.pack(">i", -1)
+            return self
+        self.buf += uvarint(len(items) + 1) if self.flexible else struct.pack(">i", len(items))
+        for item in items:
+            write_item(self, item)
+        return self
+
+    def tags(self):
+        if self.flexible:
+            self.buf += uvarint(0)
+        return self
+
+
+class ApiReader:
+    """A response body, read front to back; `flexible` as in ApiWriter."""
+
+    def __init__(self, data, flexible=False):
         self.data = data
         self.pos = 0
+        self.flexible = flexible
 
     def take(self, fmt):
         values = struct.unpack_from(fmt, self.data, self.pos)
         self.pos += struct.calcsize(fmt)
         return values if len(values) > 1 else values[0]
 
-    def string(self):
-        n = self.take(">h")
-        if n < 0:
-            return None
-        s = self.data[self.pos:self.pos + n].decode()
-        self.pos += n
-        return s
+    def i8(self):
+        return self.take(">b")
 
-    def bytes(self):
-        n = self.take(">i")
-        if n < 0:
-            return None
+    def i16(self):
+        return self.take(">h")
+
+    def i32(self):
+        return self.take(">i")
+
+    def i64(self):
+        return self.take(">q")
+
+    def uvarint(self):
+        shift = n = 0
+        while True:
+            b = self.data[self.pos]
+            self.pos += 1
+            n |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return n
+            shift += 7
+
+    def _length(self, fixed_fmt):
+        return self.uvarint() - 1 if self.flexible else self.take(fixed_fmt)
+
+    def _slice(self, n):
         b = self.data[self.pos:self.pos + n]
         self.pos += n
         return b
 
+    def uuid(self):
+        return bytes(self._slice(16))
+
+    def string(self):
+        n = self._length(">h")
+        return None if n < 0 else self._slice(n).decode()
+
+    def bytes(self):
+        n = self._length(">i")
+        return None if n < 0 else self._slice(n)
+
+    def array(self, read_item):
+        n = self._length(">i")
+        return None if n < 0 else [read_item(self) for _ in range(n)]
+
+    def tags(self):
+        if self.flexible:
+            for _ in range(self.uvarint()):
+                self.uvarint()
+                self.pos += self.uvarint()
+
+    def done(self):
+        return self.pos == len(self.data)
+
 
 def parse_produce_response(payload, version):
     """{(topic, partition): {"error": code, "base_offset": n, ...}} of a v0..v8 answer."""
-    r = Reader(payload)
+    r = ApiReader(payload)
     out = {}
     for _ in range(r.take(">i")):
         topic = r.string()
@@ -172,15 +270,25 @@ class Connection:
         self.sock.settimeout(timeout)
         self.correlation_id = 100
 
-    def request(self, api_key, version, body, expect_response=True):
+    def request(self, api_key, version, body, expect_response=True, flexible=False):
+        """The answer's body (after the correlation id), or None."""
         self.correlation_id += 1
-        send_request(self.sock, api_key, version, self.correlation_id, body)
+        send_request(self.sock, api_key, version, self.correlation_id, bytes(body),
+                     flexible=flexible)
         if not expect_response:
             return None
         corr, payload = read_response(self.sock)
         if corr != self.correlation_id:
             raise AssertionError(f"answer to correlation id {corr}, expected {self.correlation_id}")
         return payload
+
+    def call(self, api_key, version, w):
+        """Sends the ApiWriter `w`'s body; an ApiReader on the answer's body. Headers are
+        flexible (v2 request, v1 response) when `w` is, which holds for every API but
+        ApiVersions v3+ (its response header stays v0)."""
+        r = ApiReader(self.request(api_key, version, w.buf, flexible=w.flexible), w.flexible)
+        r.tags()  # response header v1
+        return r
 
     def produce(self, version, acks, topic, partition_records, timeout_ms=10000):
         payload = self.request(PRODUCE, version,
@@ -192,7 +300,7 @@ class Connection:
         body = struct.pack(">iiiib", -1, max_wait_ms, 1, max_bytes, 0) + struct.pack(">i", 1) + \
             _string(topic) + struct.pack(">i", 1) + \
             struct.pack(">iqi", partition, offset, max_bytes)
-        r = Reader(self.request(FETCH, 4, body))
+        r = ApiReader(self.request(FETCH, 4, body))
         r.take(">i")  # throttle time
         result = None
         for _ in range(r.take(">i")):
@@ -209,13 +317,16 @@ class Connection:
             raise AssertionError(f"no {topic}-{partition} in the Fetch answer")
         return result
 
-    def api_keys(self):
-        """The API keys the broker advertises (ApiVersions v0)."""
-        r = Reader(self.request(18, 0, b""))
-        error = r.take(">h")
+    def api_versions(self):
+        """{api key: (min version, max version)} the broker advertises (ApiVersions v0)."""
+        r = self.call(API_VERSIONS, 0, ApiWriter())
+        error = r.i16()
         if error != 0:
             raise AssertionError(f"ApiVersions error {error}")
-        return {r.take(">hhh")[0] for _ in range(r.take(">i"))}
+        return {k: (lo, hi) for k, lo, hi in r.array(lambda r: r.take(">hhh"))}
+
+    def api_keys(self):
+        return set(self.api_versions())
 
     def close(self):
         self.sock.close()

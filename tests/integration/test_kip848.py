@@ -7,17 +7,14 @@ converge to 3 + 3; ConsumerGroupDescribe shows the group Stable with those assig
 errors a client meets (unknown member, fenced epoch, unknown group, bad join); the group,
 rebuilt from __consumer_offsets after a node restart, is the same and its members carry on.
 """
-import socket
-import struct
 import time
 import unittest
 import uuid
 
-from harness import read_response, send_request, wait_until
+from harness import wait_until
 from kafka_clients import RunnelTarget
-from kafka_wire import uvarint
+from kafka_wire import ApiWriter, Connection
 
-API_VERSIONS = 18
 FIND_COORDINATOR = 10
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
@@ -34,130 +31,25 @@ FENCED_MEMBER_EPOCH = 110
 TOPIC = "kip848-t"
 
 
-# ---- a small flexible-version codec -------------------------------------------------------
-
-class W:
-    def __init__(self):
-        self.buf = bytearray()
-
-    def raw(self, fmt, *v):
-        self.buf += struct.pack(fmt, *v)
-        return self
-
-    def string(self, s):
-        if s is None:
-            self.buf += uvarint(0)
-        else:
-            b = s.encode()
-            self.buf += uvarint(len(b) + 1) + b
-        return self
-
-    def array(self, items, item):
-        if items is None:
-            self.buf += uvarint(0)
-            return self
-        self.buf += uvarint(len(items) + 1)
-        for x in items:
-            item(self, x)
-        return self
-
-    def tags(self):
-        self.buf += uvarint(0)
-        return self
-
-
-class R:
-    def __init__(self, data):
-        self.data = data
-        self.pos = 0
-
-    def raw(self, fmt):
-        (v,) = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return v
-
-    def uvarint(self):
-        shift = n = 0
-        while True:
-            b = self.data[self.pos]
-            self.pos += 1
-            n |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return n
-            shift += 7
-
-    def string(self):
-        n = self.uvarint() - 1
-        if n < 0:
-            return None
-        s = self.data[self.pos:self.pos + n].decode()
-        self.pos += n
-        return s
-
-    def uuid(self):
-        b = self.data[self.pos:self.pos + 16]
-        self.pos += 16
-        return bytes(b)
-
-    def array(self, item):
-        n = self.uvarint() - 1
-        if n < 0:
-            return None
-        return [item(self) for _ in range(n)]
-
-    def tags(self):
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.pos += self.uvarint()
-
-
-class Conn:
-    def __init__(self, bootstrap):
-        host, port = bootstrap.split(",")[0].rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=30)
-        self.corr = 0
-
-    def close(self):
-        self.sock.close()
-
-    def call(self, api_key, version, body, flexible=True):
-        self.corr += 1
-        send_request(self.sock, api_key, version, self.corr, bytes(body), flexible=flexible)
-        corr, payload = read_response(self.sock)
-        assert corr == self.corr, (corr, self.corr)
-        r = R(payload)
-        if flexible:
-            r.tags()  # response header v1
-        return r
-
-    def api_versions(self):
-        self.corr += 1
-        send_request(self.sock, API_VERSIONS, 0, self.corr, b"")
-        _, payload = read_response(self.sock)
-        r = R(payload)
-        assert r.raw(">h") == 0
-        out = {}
-        for _ in range(r.raw(">i")):
-            k, lo, hi = r.raw(">h"), r.raw(">h"), r.raw(">h")
-            out[k] = (lo, hi)
-        return out
+class Conn(Connection):
+    """The KIP-848 requests, by hand."""
 
     def find_coordinator(self, group):
         """FindCoordinator v3: (error, node id, host, port)."""
-        w = W().string(group).raw(">b", 0).tags()
-        r = self.call(FIND_COORDINATOR, 3, w.buf)
-        r.raw(">i")
-        error = r.raw(">h")
+        w = ApiWriter(True).string(group).i8(0).tags()
+        r = self.call(FIND_COORDINATOR, 3, w)
+        r.i32()
+        error = r.i16()
         r.string()
-        node, host, port = r.raw(">i"), r.string(), r.raw(">i")
+        node, host, port = r.i32(), r.string(), r.i32()
         return error, node, host, port
 
     def heartbeat(self, group, member_id, epoch, topics=None, owned=None, rebalance_timeout=-1,
                   instance_id=None, assignor=None, version=1):
         """ConsumerGroupHeartbeat: a dict of the answer; `assignment` is None or
         {topic id bytes: set of partitions}."""
-        w = W().string(group).string(member_id).raw(">i", epoch).string(instance_id)
-        w.string(None).raw(">i", rebalance_timeout)  # rack id
+        w = ApiWriter(True).string(group).string(member_id).i32(epoch).string(instance_id)
+        w.string(None).i32(rebalance_timeout)  # rack id
         w.array(topics, lambda w, t: w.string(t))
         if version >= 1:
             w.string(None)  # regex
@@ -165,37 +57,38 @@ class Conn:
 
         def tp(w, item):
             tid, parts = item
-            w.buf += tid
-            w.array(sorted(parts), lambda w, p: w.raw(">i", p))
+            w.uuid(tid)
+            w.array(sorted(parts), lambda w, p: w.i32(p))
             w.tags()
         w.array(None if owned is None else sorted(owned.items()), tp)
         w.tags()
-        r = self.call(CONSUMER_GROUP_HEARTBEAT, version, w.buf)
-        out = {"throttle": r.raw(">i"), "error": r.raw(">h"), "message": r.string(),
-               "member_id": r.string(), "epoch": r.raw(">i"), "interval": r.raw(">i")}
-        present = r.raw(">b")
+        r = self.call(CONSUMER_GROUP_HEARTBEAT, version, w)
+        out = {"throttle": r.i32(), "error": r.i16(), "message": r.string(),
+               "member_id": r.string(), "epoch": r.i32(), "interval": r.i32()}
+        present = r.i8()
         out["assignment"] = None
         if present >= 0:
             def rtp(r):
                 tid = r.uuid()
-                parts = r.array(lambda r: r.raw(">i"))
+                parts = r.array(lambda r: r.i32())
                 r.tags()
                 return tid, set(parts)
             out["assignment"] = dict(r.array(rtp))
             r.tags()
         r.tags()
-        assert r.pos == len(r.data), "bytes left in a ConsumerGroupHeartbeat answer"
+        assert r.done(), "bytes left in a ConsumerGroupHeartbeat answer"
         return out
 
     def describe(self, groups):
-        w = W().array(groups, lambda w, g: w.string(g)).raw(">b", 0).tags()
-        r = self.call(CONSUMER_GROUP_DESCRIBE, 0, w.buf)
-        r.raw(">i")
+        w = ApiWriter(True).array(groups, lambda w, g: w.string(g)).i8(0).tags()
+        r = self.call(CONSUMER_GROUP_DESCRIBE, 0, w)
+        r.i32()
 
         def assignment(r):
             def rtp(r):
-                tid, name = r.uuid(), r.string()
-                parts = r.array(lambda r: r.raw(">i"))
+                r.uuid()  # topic id
+                name = r.string()
+                parts = r.array(lambda r: r.i32())
                 r.tags()
                 return name, set(parts)
             a = dict(r.array(rtp))
@@ -204,7 +97,7 @@ class Conn:
 
         def member(r):
             m = {"member_id": r.string(), "instance_id": r.string(), "rack_id": r.string(),
-                 "epoch": r.raw(">i"), "client_id": r.string(), "client_host": r.string(),
+                 "epoch": r.i32(), "client_id": r.string(), "client_host": r.string(),
                  "topics": r.array(lambda r: r.string()), "regex": r.string()}
             m["assignment"] = assignment(r)
             m["target"] = assignment(r)
@@ -212,16 +105,16 @@ class Conn:
             return m
 
         def group(r):
-            g = {"error": r.raw(">h"), "message": r.string(), "group_id": r.string(),
-                 "state": r.string(), "epoch": r.raw(">i"), "assignment_epoch": r.raw(">i"),
+            g = {"error": r.i16(), "message": r.string(), "group_id": r.string(),
+                 "state": r.string(), "epoch": r.i32(), "assignment_epoch": r.i32(),
                  "assignor": r.string()}
             g["members"] = r.array(member)
-            g["ops"] = r.raw(">i")
+            g["ops"] = r.i32()
             r.tags()
             return g
         out = r.array(group)
         r.tags()
-        assert r.pos == len(r.data), "bytes left in a ConsumerGroupDescribe answer"
+        assert r.done(), "bytes left in a ConsumerGroupDescribe answer"
         return out
 
 

@@ -12,8 +12,6 @@ DescribeLogDirs and OffsetForLeaderEpoch, as a Kafka broker answers them.
 """
 import ctypes
 import os
-import socket
-import struct
 import time
 import unittest
 
@@ -21,9 +19,8 @@ from confluent_kafka import Consumer, TopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 
-from harness import read_response, send_request
 from kafka_clients import ConfluentKafka, Rec, RunnelTarget
-from kafka_wire import uvarint
+from kafka_wire import ApiWriter, Connection
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -37,7 +34,6 @@ LIST_OFFSETS = 2
 DELETE_RECORDS = 21
 OFFSET_FOR_LEADER_EPOCH = 23
 DESCRIBE_LOG_DIRS = 35
-API_VERSIONS = 18
 
 LATEST = -1
 EARLIEST = -2
@@ -45,144 +41,15 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 
 
-# ---- a small Kafka wire codec -------------------------------------------------------------
+# ---- the APIs under test, by hand ---------------------------------------------------------
 
-class Writer:
-    def __init__(self, flexible):
-        self.flexible = flexible
-        self.buf = bytearray()
-
-    def i8(self, v):
-        self.buf += struct.pack(">b", v)
-        return self
-
-    def i16(self, v):
-        self.buf += struct.pack(">h", v)
-        return self
-
-    def i32(self, v):
-        self.buf += struct.pack(">i", v)
-        return self
-
-    def i64(self, v):
-        self.buf += struct.pack(">q", v)
-        return self
-
-    def string(self, s):
-        b = s.encode()
-        self.buf += uvarint(len(b) + 1) if self.flexible else struct.pack(">h", len(b))
-        self.buf += b
-        return self
-
-    def array(self, items, write_item):
-        """`items` None writes a null array."""
-        if items is None:
-            self.buf += uvarint(0) if self.flexible else struct.pack(">i", -1)
-            return self
-        self.buf += uvarint(len(items) + 1) if self.flexible else struct.pack(">i", len(items))
-        for item in items:
-            write_item(self, item)
-            if self.flexible and not isinstance(item, int):
-                self.tags()
-        return self
-
-    def tags(self):
-        if self.flexible:
-            self.buf += uvarint(0)
-        return self
-
-
-class Reader:
-    def __init__(self, data, flexible):
-        self.data = data
-        self.pos = 0
-        self.flexible = flexible
-
-    def take(self, fmt):
-        (v,) = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return v
-
-    def i8(self):
-        return self.take(">b")
-
-    def i16(self):
-        return self.take(">h")
-
-    def i32(self):
-        return self.take(">i")
-
-    def i64(self):
-        return self.take(">q")
-
-    def uvarint(self):
-        shift = n = 0
-        while True:
-            b = self.data[self.pos]
-            self.pos += 1
-            n |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return n
-            shift += 7
-
-    def string(self):
-        n = self.uvarint() - 1 if self.flexible else self.i16()
-        if n < 0:
-            return None
-        s = self.data[self.pos:self.pos + n].decode()
-        self.pos += n
-        return s
-
-    def array(self, read_item):
-        n = self.uvarint() - 1 if self.flexible else self.i32()
-        if n < 0:
-            return None
-        out = []
-        for _ in range(n):
-            out.append(read_item(self))
-        return out
-
-    def tags(self):
-        if self.flexible:
-            for _ in range(self.uvarint()):
-                self.uvarint()
-                self.pos += self.uvarint()
-
-    def done(self):
-        return self.pos == len(self.data)
-
-
-class Connection:
-    def __init__(self, bootstrap, timeout=30):
-        host, port = bootstrap.split(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        self.correlation = 0
-
-    def request(self, api_key, version, body, flexible):
-        """Sends one request; returns a Reader on the response body (after the header)."""
-        self.correlation += 1
-        send_request(self.sock, api_key, version, self.correlation, body, flexible=flexible)
-        corr, payload = read_response(self.sock)
-        assert corr == self.correlation, (corr, self.correlation)
-        r = Reader(payload, flexible)
-        r.tags()  # response header v1
-        return r
-
-    def api_versions(self):
-        """{api key: (min, max)} from ApiVersions v0."""
-        self.correlation += 1
-        send_request(self.sock, API_VERSIONS, 0, self.correlation, b"")
-        _, payload = read_response(self.sock)
-        r = Reader(payload, False)
-        assert r.i16() == 0
-        return {k: (lo, hi) for k, lo, hi in r.array(lambda r: (r.i16(), r.i16(), r.i16()))}
-
+class OffsetsConnection(Connection):
     def list_offsets(self, version, partitions, isolation_level=0, replica_id=-1):
         """`partitions`: [(topic, partition, timestamp, current_leader_epoch)] in request order,
         one topic entry per item. Returns [(topic, partition, error, timestamp, offset,
         leader_epoch)] in answer order."""
         flex = version >= 6
-        w = Writer(flex).i32(replica_id)
+        w = ApiWriter(flex).i32(replica_id)
         if version >= 2:
             w.i8(isolation_level)
 
@@ -194,11 +61,11 @@ class Connection:
                 w.i32(p)
                 if version >= 4:
                     w.i32(epoch)
-                w.i64(ts)
-            w.array([()], part)
+                w.i64(ts).tags()
+            w.array([()], part).tags()
         w.array(partitions, topic)
         w.tags()
-        r = self.request(LIST_OFFSETS, version, bytes(w.buf), flex)
+        r = self.call(LIST_OFFSETS, version, w)
         if version >= 2:
             r.i32()  # throttle
 
@@ -223,15 +90,15 @@ class Connection:
         """`partitions`: [(topic, partition, offset)]; returns [(topic, partition, low
         watermark, error)]."""
         flex = version >= 2
-        w = Writer(flex)
+        w = ApiWriter(flex)
 
         def topic(w, item):
             name, p, off = item
             w.string(name)
-            w.array([()], lambda w, _: w.i32(p).i64(off))
+            w.array([()], lambda w, _: w.i32(p).i64(off).tags()).tags()
         w.array(partitions, topic)
         w.i32(timeout_ms).tags()
-        r = self.request(DELETE_RECORDS, version, bytes(w.buf), flex)
+        r = self.call(DELETE_RECORDS, version, w)
         r.i32()
 
         def read_topic(r):
@@ -253,15 +120,15 @@ class Connection:
         """`topics`: None (all) or {topic: [partitions]}. Returns (top-level error or None,
         [{error, dir, topics: {name: {partition: (size, lag, future)}}, total, usable}])."""
         flex = version >= 2
-        w = Writer(flex)
+        w = ApiWriter(flex)
         items = None if topics is None else sorted(topics.items())
 
         def topic(w, item):
             w.string(item[0])
-            w.array(item[1], lambda w, p: w.i32(p))
+            w.array(item[1], lambda w, p: w.i32(p)).tags()
         w.array(items, topic)
         w.tags()
-        r = self.request(DESCRIBE_LOG_DIRS, version, bytes(w.buf), flex)
+        r = self.call(DESCRIBE_LOG_DIRS, version, w)
         r.i32()
         top_error = r.i16() if version >= 3 else None
 
@@ -292,17 +159,17 @@ class Connection:
         """`partitions`: [(topic, partition, current_leader_epoch, leader_epoch)]; returns
         [(topic, partition, error, leader_epoch, end_offset)]."""
         flex = version >= 4
-        w = Writer(flex)
+        w = ApiWriter(flex)
         if version >= 3:
             w.i32(replica_id)
 
         def topic(w, item):
             name, p, current, epoch = item
             w.string(name)
-            w.array([()], lambda w, _: w.i32(p).i32(current).i32(epoch))
+            w.array([()], lambda w, _: w.i32(p).i32(current).i32(epoch).tags()).tags()
         w.array(partitions, topic)
         w.tags()
-        r = self.request(OFFSET_FOR_LEADER_EPOCH, version, bytes(w.buf), flex)
+        r = self.call(OFFSET_FOR_LEADER_EPOCH, version, w)
         r.i32()
 
         def read_topic(r):
@@ -319,15 +186,6 @@ class Connection:
         r.tags()
         assert r.done()
         return out
-
-    def close(self):
-        self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 # ---- librdkafka's DeleteRecords through ctypes --------------------------------------------
@@ -439,7 +297,7 @@ class OffsetsTest(unittest.TestCase):
         cls.target.cleanup()
 
     def setUp(self):
-        self.conn = Connection(self.target.bootstrap)
+        self.conn = OffsetsConnection(self.target.bootstrap)
 
     def tearDown(self):
         self.conn.close()
@@ -465,7 +323,7 @@ class OffsetsTest(unittest.TestCase):
         self.assertEqual(v[DESCRIBE_LOG_DIRS], (1, 4))
         self.assertEqual(v[OFFSET_FOR_LEADER_EPOCH], (2, 4))
         # A version not advertised closes the connection, as Kafka does.
-        with Connection(self.target.bootstrap) as other, self.assertRaises(ConnectionError):
+        with OffsetsConnection(self.target.bootstrap) as other, self.assertRaises(ConnectionError):
             other.list_offsets(0, [("any", 0, LATEST, -1)])
 
     def test_confluent_kafka_watermarks_and_offsets_for_times(self):
