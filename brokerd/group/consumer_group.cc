@@ -160,6 +160,38 @@ std::unique_ptr<re2::RE2> CompileRegex(const std::string& pattern) {
   return re;
 }
 
+// A static member's heartbeat or leave other than its join: its instance id must be held
+// (by `holder`), and by this member. Returns 0, or the error and its message.
+std::pair<int16_t, std::string> CheckStaticMember(const ConsumerGroup::Member* holder,
+                                                  const std::string& member_id,
+                                                  const std::string& instance_id) {
+  if (holder == nullptr) {
+    return {ToWire(ErrorCode::kUnknownMemberId),
+            fmt::format("Instance id {} is unknown.", instance_id)};
+  }
+  if (holder->member_id != member_id) {
+    return {ToWire(ErrorCode::kFencedInstanceId),
+            fmt::format("Static member {} with instance id {} was fenced by member {}.", member_id,
+                        instance_id, holder->member_id)};
+  }
+  return {0, ""};
+}
+
+// The Commit callback of a heartbeat: answers `resp` once the change is written, or only the
+// write's error.
+std::function<void(int16_t)> AnswerOnceWritten(ConsumerGroup::HeartbeatDone done,
+                                               protocol::ConsumerGroupHeartbeatResponse resp) {
+  return [done = std::move(done), resp = std::move(resp)](int16_t error) mutable {
+    if (error != 0) {
+      protocol::ConsumerGroupHeartbeatResponse failed;
+      failed.error_code = error;
+      done(std::move(failed));
+      return;
+    }
+    done(std::move(resp));
+  };
+}
+
 }  // namespace
 
 struct ConsumerGroup::Change {
@@ -422,15 +454,9 @@ void ConsumerGroup::Heartbeat(const protocol::ConsumerGroupHeartbeatRequest& req
         existing = holder;
       }
     } else {
-      if (holder == nullptr) {
-        FailHeartbeat(done, ToWire(ErrorCode::kUnknownMemberId),
-                      fmt::format("Instance id {} is unknown.", *req.instance_id));
-        return;
-      }
-      if (holder->member_id != member_id) {
-        FailHeartbeat(done, ToWire(ErrorCode::kFencedInstanceId),
-                      fmt::format("Static member {} with instance id {} was fenced by member {}.",
-                                  member_id, *req.instance_id, holder->member_id));
+      auto [error, message] = CheckStaticMember(holder, member_id, *req.instance_id);
+      if (error != 0) {
+        FailHeartbeat(done, error, std::move(message));
         return;
       }
       existing = holder;
@@ -575,15 +601,7 @@ void ConsumerGroup::Heartbeat(const protocol::ConsumerGroupHeartbeatRequest& req
 
   change.records.insert(change.records.begin(), std::make_move_iterator(prefix.begin()),
                         std::make_move_iterator(prefix.end()));
-  Commit(change, [done = std::move(done), resp = std::move(resp)](int16_t error) mutable {
-    if (error != 0) {
-      protocol::ConsumerGroupHeartbeatResponse failed;
-      failed.error_code = error;
-      done(std::move(failed));
-      return;
-    }
-    done(std::move(resp));
-  });
+  Commit(change, AnswerOnceWritten(std::move(done), std::move(resp)));
 }
 
 void ConsumerGroup::Leave(const protocol::ConsumerGroupHeartbeatRequest& req, HeartbeatDone done,
@@ -601,15 +619,9 @@ void ConsumerGroup::Leave(const protocol::ConsumerGroupHeartbeatRequest& req, He
     FenceMember(change, member_id);
   } else {
     const Member* holder = FindStaticMember(*req.instance_id);
-    if (holder == nullptr) {
-      FailHeartbeat(done, ToWire(ErrorCode::kUnknownMemberId),
-                    fmt::format("Instance id {} is unknown.", *req.instance_id));
-      return;
-    }
-    if (holder->member_id != member_id) {
-      FailHeartbeat(done, ToWire(ErrorCode::kFencedInstanceId),
-                    fmt::format("Static member {} with instance id {} was fenced by member {}.",
-                                member_id, *req.instance_id, holder->member_id));
+    auto [error, message] = CheckStaticMember(holder, member_id, *req.instance_id);
+    if (error != 0) {
+      FailHeartbeat(done, error, std::move(message));
       return;
     }
     if (req.member_epoch == kStaticLeaveEpoch) {
@@ -635,15 +647,7 @@ void ConsumerGroup::Leave(const protocol::ConsumerGroupHeartbeatRequest& req, He
   resp.heartbeat_interval_ms = env_.config().consumer_heartbeat_interval_ms;
   change.records.insert(change.records.begin(), std::make_move_iterator(prefix.begin()),
                         std::make_move_iterator(prefix.end()));
-  Commit(change, [done = std::move(done), resp = std::move(resp)](int16_t error) mutable {
-    if (error != 0) {
-      protocol::ConsumerGroupHeartbeatResponse failed;
-      failed.error_code = error;
-      done(std::move(failed));
-      return;
-    }
-    done(std::move(resp));
-  });
+  Commit(change, AnswerOnceWritten(std::move(done), std::move(resp)));
 }
 
 void ConsumerGroup::Apply(Change& change, ParsedRecord record) {

@@ -102,6 +102,24 @@ GroupResult FetchGroup(BrokerContext& broker, const GroupQuery& q, bool require_
   return result;
 }
 
+// Moves `topics` into a response's topic list: v8+ (per group) and v0-v7 (top level) have
+// different types with the same fields.
+template <typename ResponseTopic>
+void AppendTopics(std::vector<TopicResult>& topics, std::vector<ResponseTopic>* out) {
+  for (TopicResult& t : topics) {
+    ResponseTopic& ot = out->emplace_back();
+    ot.name = std::move(t.name);
+    for (PartitionResult& p : t.partitions) {
+      auto& op = ot.partitions.emplace_back();
+      op.partition_index = p.partition;
+      op.committed_offset = p.offset;
+      op.committed_leader_epoch = p.leader_epoch;
+      op.metadata = std::move(p.metadata);
+      op.error_code = p.error;
+    }
+  }
+}
+
 }  // namespace
 
 void HandleOffsetFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
@@ -138,18 +156,7 @@ void HandleOffsetFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ct
       OffsetFetchResponse::OffsetFetchResponseGroup& g = resp.groups.emplace_back();
       g.group_id = q.group_id;
       g.error_code = r.error;
-      for (TopicResult& t : r.topics) {
-        auto& ot = g.topics.emplace_back();
-        ot.name = std::move(t.name);
-        for (PartitionResult& p : t.partitions) {
-          auto& op = ot.partitions.emplace_back();
-          op.partition_index = p.partition;
-          op.committed_offset = p.offset;
-          op.committed_leader_epoch = p.leader_epoch;
-          op.metadata = std::move(p.metadata);
-          op.error_code = p.error;
-        }
-      }
+      AppendTopics(r.topics, &g.topics);
       continue;
     }
     if (r.error != 0 && version < kFirstTopLevelErrorVersion && q.topics.has_value()) {
@@ -165,18 +172,7 @@ void HandleOffsetFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ct
       }
     }
     resp.error_code = version >= kFirstTopLevelErrorVersion ? r.error : 0;
-    for (TopicResult& t : r.topics) {
-      auto& ot = resp.topics.emplace_back();
-      ot.name = std::move(t.name);
-      for (PartitionResult& p : t.partitions) {
-        auto& op = ot.partitions.emplace_back();
-        op.partition_index = p.partition;
-        op.committed_offset = p.offset;
-        op.committed_leader_epoch = p.leader_epoch;
-        op.metadata = std::move(p.metadata);
-        op.error_code = p.error;
-      }
-    }
+    AppendTopics(r.topics, &resp.topics);
   }
   respond(EncodeResponse(*ctx, resp));
 }

@@ -1,19 +1,14 @@
 // brokerd's side of storaged: AppendBatcher's ordering and batching, and PartitionStates fed
 // by the real watch stream, against a real StorageService on a Unix socket.
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
-#include <filesystem>
 #include <future>
-#include <thread>
 
 #include "brokerd/append_batcher.h"
 #include "brokerd/partition_states.h"
-#include "brokerd/storage_client.h"
-#include "common/grpc/unix_server.h"
 #include "common/protocol/uuid.h"
 #include "common/record/batch.h"
-#include "storaged/storage_service.h"
+#include "tests/unit/brokerd/real_storage_fixture.h"
 
 namespace runnel::brokerd {
 namespace {
@@ -29,58 +24,12 @@ std::string Batch(int count, const std::string& value) {
   return bytes.ok() ? std::string(bytes->begin(), bytes->end()) : std::string();
 }
 
-class StoragePathTest : public ::testing::Test {
+class StoragePathTest : public RealStorageTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/rnl-sp-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-    auto dirs = storaged::LogDirs::Open({root_ + "/logs"}, 1);
-    ASSERT_TRUE(dirs.ok()) << dirs.status();
-    dirs_ = std::make_unique<storaged::LogDirs>(std::move(*dirs));
-    storaged::LogManagerOptions options;
-    options.dirs = {dirs_->dirs()[0].path};
-    options.cleaner_enable = false;
-    auto logs = storaged::LogManager::Open(options);
-    ASSERT_TRUE(logs.ok()) << logs.status();
-    logs_ = std::move(*logs);
-    service_ = std::make_unique<storaged::StorageServiceImpl>(*dirs_, *logs_);
-    socket_ = root_ + "/s.sock";
-    auto server = grpcutil::StartUnixServer(socket_, {service_.get()});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    client_ = std::make_unique<StorageClient>(loop_, socket_);
-    loop_thread_ = std::thread([this] { loop_.Run(); });
-  }
+  using RealStorageTest::CreatePartitions;
 
-  void TearDown() override {
-    client_->Stop();
-    loop_.Stop([] {});
-    if (loop_thread_.joinable()) loop_thread_.join();
-    client_.reset();
-    service_->Shutdown();
-    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    server_->Wait();
-    service_.reset();
-    ASSERT_TRUE(logs_->Shutdown().ok());
-    logs_.reset();
-    dirs_.reset();
-    std::filesystem::remove_all(root_);
-  }
-
-  // Runs `fn` on the loop and waits for it.
-  template <typename Fn>
-  void OnLoop(Fn fn) {
-    std::promise<void> done;
-    loop_.Post([&] {
-      fn();
-      done.set_value();
-    });
-    ASSERT_EQ(done.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
-  }
-
+  // Creates topic "t" with `n` partitions.
   void CreatePartitions(int n) {
-    std::promise<storage::PartitionsResponse> result;
     storage::PartitionsRequest req;
     std::string id = protocol::Uuid::Random().ToString();
     for (int p = 0; p < n; ++p) {
@@ -89,27 +38,8 @@ class StoragePathTest : public ::testing::Test {
       spec->set_partition(p);
       spec->set_topic_id(id);
     }
-    OnLoop([&] {
-      client_->CreatePartitions(req, std::chrono::seconds(10),
-                                [&](const grpc::Status& s, storage::PartitionsResponse& r) {
-                                  EXPECT_TRUE(s.ok()) << s.error_message();
-                                  result.set_value(r);
-                                });
-    });
-    auto f = result.get_future();
-    ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
-    storage::PartitionsResponse resp = f.get();
-    for (const auto& r : resp.partitions()) EXPECT_EQ(r.error_code(), 0) << r.error_message();
+    CreatePartitions(req);
   }
-
-  std::string root_, socket_;
-  std::unique_ptr<storaged::LogDirs> dirs_;
-  std::unique_ptr<storaged::LogManager> logs_;
-  std::unique_ptr<storaged::StorageServiceImpl> service_;
-  std::unique_ptr<grpc::Server> server_;
-  EventLoop loop_;
-  std::unique_ptr<StorageClient> client_;
-  std::thread loop_thread_;
 };
 
 // Many appends queued at once to few partitions, with one call in flight at a time and a
@@ -117,7 +47,7 @@ class StoragePathTest : public ::testing::Test {
 // consecutive offsets in the order they were queued.
 TEST_F(StoragePathTest, AppendsKeepTheirOrderPerPartitionAcrossCalls) {
   CreatePartitions(3);
-  AppendBatcher batcher(loop_, *client_, /*max_calls_in_flight=*/2, /*max_bytes_per_call=*/300);
+  AppendBatcher batcher(loop_, *storage_, /*max_calls_in_flight=*/2, /*max_bytes_per_call=*/300);
   constexpr int kAppends = 60;
   std::promise<void> all_done;
   std::vector<std::pair<int, int64_t>> results(kAppends, {-1, -1});
@@ -148,7 +78,7 @@ TEST_F(StoragePathTest, AppendsKeepTheirOrderPerPartitionAcrossCalls) {
 // A bad batch fails only its own entry, not the others sharing its call.
 TEST_F(StoragePathTest, ABadAppendFailsAlone) {
   CreatePartitions(1);
-  AppendBatcher batcher(loop_, *client_);
+  AppendBatcher batcher(loop_, *storage_);
   std::promise<void> all_done;
   std::vector<int> errors(3, -1);
   int finished = 0;
@@ -182,7 +112,7 @@ TEST_F(StoragePathTest, WatchFiresWhenAPartitionGrows) {
   std::promise<void> ready;
   bool ready_set = false;
   OnLoop([&] {
-    client_->StartWatch(
+    storage_->StartWatch(
         [&](const storage::PartitionChange& c, bool snapshot) {
           states.Apply(c, snapshot);
           if (!ready_set && states.all().size() == 2) {
@@ -194,7 +124,7 @@ TEST_F(StoragePathTest, WatchFiresWhenAPartitionGrows) {
   });
   ASSERT_EQ(ready.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
   std::promise<int64_t> fired;
-  AppendBatcher batcher(loop_, *client_);
+  AppendBatcher batcher(loop_, *storage_);
   OnLoop([&] {
     EXPECT_EQ(states.Find("t", 1)->log_end_offset, 0);
     states.Watch({{"t", 1}}, [&] { fired.set_value(states.Find("t", 1)->log_end_offset); });
@@ -219,7 +149,7 @@ TEST_F(StoragePathTest, WatchFiresWhenAPartitionGrows) {
   ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   EXPECT_EQ(f.get(), 3);
   OnLoop([&] { EXPECT_EQ(states.watch_count(), 0u); });
-  client_->Stop();  // no more posts into `states`
+  storage_->Stop();  // no more posts into `states`
 }
 
 }  // namespace
