@@ -149,7 +149,6 @@ GroupConfig GroupConfig::FromConfig(const config::Config& config) {
   c.initial_rebalance_delay_ms = config.GetInt("group.initial.rebalance.delay.ms");
   c.max_size = config.GetInt("group.max.size");
   std::vector<std::string> protocols = config.GetList("group.coordinator.rebalance.protocols");
-  c.classic_enabled = std::find(protocols.begin(), protocols.end(), "classic") != protocols.end();
   c.consumer_enabled = std::find(protocols.begin(), protocols.end(), "consumer") != protocols.end();
   c.consumer_session_timeout_ms = config.GetInt("group.consumer.session.timeout.ms");
   c.consumer_heartbeat_interval_ms = config.GetInt("group.consumer.heartbeat.interval.ms");

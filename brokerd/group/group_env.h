@@ -24,7 +24,6 @@ struct GroupConfig {
   int32_t max_session_timeout_ms = 1800000;      // group.max.session.timeout.ms
   int32_t initial_rebalance_delay_ms = 3000;     // group.initial.rebalance.delay.ms
   int32_t max_size = INT32_MAX;                  // group.max.size
-  bool classic_enabled = true;                   // group.coordinator.rebalance.protocols
   // KIP-848 consumer protocol.
   bool consumer_enabled = true;                  // group.coordinator.rebalance.protocols
   int32_t consumer_session_timeout_ms = 45000;   // group.consumer.session.timeout.ms

@@ -51,6 +51,10 @@ std::string ValidateGroupProtocols(std::string_view v) {
       return fmt::format("unknown group protocol '{}' (known: classic, consumer)", p);
     }
   }
+  // As in Kafka: classic groups cannot be turned off, only the consumer protocol added.
+  if (std::find(protocols.begin(), protocols.end(), "classic") == protocols.end()) {
+    return "must include classic (disabling the classic protocol is not supported)";
+  }
   return "";
 }
 
@@ -194,7 +198,7 @@ std::vector<KeyDef> Declare() {
       {"group.max.size", KeyType::kInt, "2147483647", 1, INT32_MAX,
        "Most members of one classic group; a join beyond it gets GROUP_MAX_SIZE_REACHED."},
       {"group.coordinator.rebalance.protocols", KeyType::kList, "classic,consumer", 0, 0,
-       "Group protocols served: classic (JoinGroup/SyncGroup) and consumer "
+       "Group protocols served: classic (JoinGroup/SyncGroup, always on) and consumer "
        "(KIP-848 ConsumerGroupHeartbeat).", true, ValidateGroupProtocols},
       {"group.consumer.session.timeout.ms", KeyType::kInt, "45000", 1, INT32_MAX,
        "KIP-848 consumer groups: a member that does not heartbeat for this long is removed."},

@@ -4,22 +4,17 @@
 #include "brokerd/group/coordinator.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <atomic>
-#include <filesystem>
 #include <future>
-#include <thread>
 
 #include "brokerd/append_batcher.h"
 #include "brokerd/controller_client.h"
 #include "brokerd/handlers/handler.h"
 #include "brokerd/metadata_cache.h"
 #include "brokerd/partition_states.h"
-#include "brokerd/storage_client.h"
-#include "common/grpc/unix_server.h"
 #include "common/protocol/uuid.h"
-#include "storaged/storage_service.h"
+#include "tests/unit/brokerd/real_storage_fixture.h"
 
 namespace runnel::brokerd::group {
 namespace {
@@ -55,44 +50,27 @@ TEST(GroupConfigTest, FromConfigReadsTheKeys) {
   GroupConfig c = GroupConfig::FromConfig(*config);
   EXPECT_EQ(c.offsets_retention_ms, 120000);
   EXPECT_EQ(c.offsets_commit_timeout_ms, 1234);
-  EXPECT_TRUE(c.classic_enabled);
   EXPECT_FALSE(c.consumer_enabled);
   EXPECT_EQ(c.consumer_assignors, (std::vector<std::string>{"range", "uniform"}));
   EXPECT_EQ(c.offset_metadata_max_bytes, 4096);
 }
 
-class ShardTest : public ::testing::Test {
+class ShardTest : public RealStorageTest {
  protected:
   void SetUp() override { Start({}); }
 
   void Start(std::map<std::string, std::string> overrides) {
-    char tmpl[] = "/tmp/rnl-coord-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    StartStorage("/tmp/rnl-coord-XXXXXX");
+    if (HasFatalFailure()) return;
     overrides["runnel.run.dir"] = root_;
     auto config = config::Config::FromMap(overrides);
     ASSERT_TRUE(config.ok()) << config.status();
     config_ = std::make_unique<config::Config>(std::move(*config));
-    auto dirs = storaged::LogDirs::Open({root_ + "/logs"}, 1);
-    ASSERT_TRUE(dirs.ok()) << dirs.status();
-    dirs_ = std::make_unique<storaged::LogDirs>(std::move(*dirs));
-    storaged::LogManagerOptions options;
-    options.dirs = {dirs_->dirs()[0].path};
-    options.cleaner_enable = false;
-    auto logs = storaged::LogManager::Open(options);
-    ASSERT_TRUE(logs.ok()) << logs.status();
-    logs_ = std::move(*logs);
-    service_ = std::make_unique<storaged::StorageServiceImpl>(*dirs_, *logs_);
-    socket_ = root_ + "/s.sock";
-    auto server = grpcutil::StartUnixServer(socket_, {service_.get()});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    storage_ = std::make_unique<StorageClient>(loop_, socket_);
     controller_ = std::make_unique<ControllerClient>(loop_, root_ + "/no-controller.sock");
     appends_ = std::make_unique<AppendBatcher>(loop_, *storage_);
     wiring_ = std::make_unique<Wiring>(loop_, *config_, metadata_, *controller_, *storage_,
                                        partitions_, *appends_);
-    loop_thread_ = std::thread([this] { loop_.Run(); });
+    StartLoop();
     CreatePartition();
     group_config_ = GroupConfig::FromConfig(*config_);
   }
@@ -101,31 +79,11 @@ class ShardTest : public ::testing::Test {
     OnLoop([this] { shard_.reset(); });
     storage_->Stop();
     controller_->Stop();
-    loop_.Stop([] {});
-    if (loop_thread_.joinable()) loop_thread_.join();
+    StopLoop();
     wiring_.reset();
     appends_.reset();
     controller_.reset();
-    storage_.reset();
-    service_->Shutdown();
-    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    server_->Wait();
-    service_.reset();
-    ASSERT_TRUE(logs_->Shutdown().ok());
-    logs_.reset();
-    dirs_.reset();
-    std::filesystem::remove_all(root_);
-  }
-
-  // Runs `fn` on the loop and waits for it.
-  template <typename Fn>
-  void OnLoop(Fn fn) {
-    std::promise<void> done;
-    loop_.Post([&] {
-      fn();
-      done.set_value();
-    });
-    ASSERT_EQ(done.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    StopStorage();
   }
 
   // Runs `start(finish)` on the loop and waits until `finish` was called.
@@ -135,25 +93,15 @@ class ShardTest : public ::testing::Test {
     ASSERT_EQ(done->get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
   }
 
+  // Creates __consumer_offsets partition 0.
   void CreatePartition() {
-    std::promise<storage::PartitionsResponse> result;
     storage::PartitionsRequest req;
     auto* spec = req.add_partitions();
     spec->set_topic(std::string(kOffsetsTopic));
     spec->set_partition(0);
     spec->set_topic_id(protocol::Uuid::Random().ToString());
     (*spec->mutable_configs())["cleanup.policy"] = "compact";
-    OnLoop([&] {
-      storage_->CreatePartitions(req, std::chrono::seconds(10),
-                                 [&](const grpc::Status& s, storage::PartitionsResponse& r) {
-                                   EXPECT_TRUE(s.ok()) << s.error_message();
-                                   result.set_value(r);
-                                 });
-    });
-    auto f = result.get_future();
-    ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
-    storage::PartitionsResponse resp = f.get();
-    for (const auto& r : resp.partitions()) EXPECT_EQ(r.error_code(), 0) << r.error_message();
+    CreatePartitions(req);
   }
 
   // A new shard for partition 0, loaded.
@@ -217,17 +165,10 @@ class ShardTest : public ::testing::Test {
     return c;
   }
 
-  std::string root_, socket_;
   std::unique_ptr<config::Config> config_;
   GroupConfig group_config_;
-  std::unique_ptr<storaged::LogDirs> dirs_;
-  std::unique_ptr<storaged::LogManager> logs_;
-  std::unique_ptr<storaged::StorageServiceImpl> service_;
-  std::unique_ptr<grpc::Server> server_;
-  EventLoop loop_;
   MetadataCache metadata_;
   PartitionStates partitions_;
-  std::unique_ptr<StorageClient> storage_;
   std::unique_ptr<ControllerClient> controller_;
   std::unique_ptr<AppendBatcher> appends_;
   // The context and its coordinator, built as Broker builds them (these tests drive a Shard
@@ -242,7 +183,6 @@ class ShardTest : public ::testing::Test {
     Coordinator groups;
   };
   std::unique_ptr<Wiring> wiring_;
-  std::thread loop_thread_;
   std::unique_ptr<Shard> shard_;
   std::atomic<int64_t> now_ms_{1'000'000};
 };

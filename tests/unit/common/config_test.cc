@@ -55,6 +55,10 @@ TEST(ConfigTest, BoundsAndTypes) {
       {"listeners=SSL://127.0.0.1:9093", "only PLAINTEXT"},
       {"listeners=", "needs at least one listener"},
       {"log.dirs= , ", "must name at least one directory"},
+      {"group.coordinator.rebalance.protocols=consumer", "must include classic"},
+      {"group.coordinator.rebalance.protocols=classic,share", "unknown group protocol 'share'"},
+      {"group.consumer.assignors=sticky", "unknown assignor 'sticky'"},
+      {"offsets.topic.num.partitions=0", "must be between 1 and 2147483647"},
   };
   for (const Case& c : cases) {
     auto parsed = Config::Parse(c.text, nullptr);
