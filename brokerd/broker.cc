@@ -157,7 +157,12 @@ Status Broker::Start() {
   grpcutil::SetServing(*grpc_server_, false);
   partitions_.OnEveryChange([this] {
     reconciler_.Kick();
-    groups_.Reconcile();
+    // Shards follow which __consumer_offsets logs exist, not their offsets: skip the
+    // (per-append) changes that only move offsets.
+    if (partitions_.layout_version() != groups_layout_version_) {
+      groups_layout_version_ = partitions_.layout_version();
+      groups_.Reconcile();
+    }
   });
   storage_.StartWatch(
       [this](const storage::PartitionChange& change, bool snapshot) {

@@ -6,13 +6,18 @@ namespace runnel::brokerd {
 
 void PartitionStates::Apply(const storage::PartitionChange& change, bool snapshot) {
   std::vector<PartitionKey> changed;
-  if (snapshot) partitions_.clear();
+  if (snapshot) {
+    partitions_.clear();
+    ++layout_version_;
+  }
   for (const storage::PartitionState& s : change.partitions()) {
     PartitionKey key(s.topic(), s.partition());
     if (s.deleted()) {
-      partitions_.erase(key);
+      if (partitions_.erase(key) > 0) ++layout_version_;
     } else {
-      StoredPartition& p = partitions_[key];
+      auto [it, added] = partitions_.try_emplace(key);
+      StoredPartition& p = it->second;
+      if (added || p.topic_id != s.topic_id()) ++layout_version_;
       p.topic_id = s.topic_id();
       p.log_start_offset = s.log_start_offset();
       p.log_end_offset = s.log_end_offset();
@@ -46,6 +51,7 @@ void PartitionStates::Notify() {
 void PartitionStates::MarkLost() {
   ready_ = false;
   partitions_.clear();
+  ++layout_version_;
   FireAll();
   Notify();
 }

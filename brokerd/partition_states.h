@@ -44,6 +44,9 @@ class PartitionStates {
 
   // True between a snapshot and the next loss.
   bool ready() const { return ready_; }
+  // Changes when a partition appears, goes or changes topic id, on a snapshot and on a loss;
+  // not when only offsets move. Listeners that care about which logs exist compare it.
+  uint64_t layout_version() const { return layout_version_; }
   const StoredPartition* Find(const std::string& topic, int32_t partition) const;
   const std::map<PartitionKey, StoredPartition>& all() const { return partitions_; }
 
@@ -68,6 +71,7 @@ class PartitionStates {
   void Notify();
 
   bool ready_ = false;
+  uint64_t layout_version_ = 0;
   std::map<PartitionKey, StoredPartition> partitions_;
   WatchId next_watch_ = 1;
   std::unordered_map<WatchId, WatchEntry> watches_;

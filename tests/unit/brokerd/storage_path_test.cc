@@ -154,3 +154,47 @@ TEST_F(StoragePathTest, WatchFiresWhenAPartitionGrows) {
 
 }  // namespace
 }  // namespace runnel::brokerd
+
+namespace runnel::brokerd {
+namespace {
+
+storage::PartitionChange Change(const std::string& topic, int32_t partition,
+                                const std::string& topic_id, int64_t log_end,
+                                bool deleted = false) {
+  storage::PartitionChange change;
+  storage::PartitionState* s = change.add_partitions();
+  s->set_topic(topic);
+  s->set_partition(partition);
+  s->set_topic_id(topic_id);
+  s->set_log_end_offset(log_end);
+  s->set_deleted(deleted);
+  return change;
+}
+
+// The layout version moves when which logs exist changes, and not when offsets move (the
+// group coordinator reconciles on it, and appends change offsets all the time).
+TEST(PartitionStatesTest, LayoutVersionIgnoresOffsetOnlyChanges) {
+  PartitionStates states;
+  const uint64_t v0 = states.layout_version();
+  states.Apply(Change("t", 0, "id1", 0), /*snapshot=*/true);
+  const uint64_t v1 = states.layout_version();
+  EXPECT_NE(v1, v0);
+  states.Apply(Change("t", 0, "id1", 10), false);
+  EXPECT_EQ(states.layout_version(), v1);
+  states.Apply(Change("t", 1, "id1", 0), false);
+  const uint64_t v2 = states.layout_version();
+  EXPECT_NE(v2, v1);
+  states.Apply(Change("t", 1, "id2", 0), false);  // re-created under a new topic id
+  const uint64_t v3 = states.layout_version();
+  EXPECT_NE(v3, v2);
+  states.Apply(Change("t", 1, "id2", 0, /*deleted=*/true), false);
+  const uint64_t v4 = states.layout_version();
+  EXPECT_NE(v4, v3);
+  states.Apply(Change("gone", 0, "x", 0, /*deleted=*/true), false);  // unknown: no change
+  EXPECT_EQ(states.layout_version(), v4);
+  states.MarkLost();
+  EXPECT_NE(states.layout_version(), v4);
+}
+
+}  // namespace
+}  // namespace runnel::brokerd
