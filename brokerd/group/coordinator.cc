@@ -71,9 +71,10 @@ std::optional<uint32_t> DecodeUtf8(std::string_view s, size_t* i) {
   return cp;
 }
 
-// Kafka's rule for a failed coordinator write (CoordinatorRuntime/GroupMetadataManager): the
-// partition moved -> NOT_COORDINATOR; the timeout -> REQUEST_TIMED_OUT; anything else ->
-// COORDINATOR_NOT_AVAILABLE.
+// Kafka's rule for a failed coordinator write, as the client sees it (CoordinatorRuntime /
+// GroupMetadataManager): the partition moved -> NOT_COORDINATOR; anything else, the timeout
+// included -> COORDINATOR_NOT_AVAILABLE, which every client retries (older ones do not
+// expect REQUEST_TIMED_OUT there).
 int16_t MapAppendError(int16_t error) {
   switch (static_cast<ErrorCode>(error)) {
     case ErrorCode::kNone:
@@ -82,8 +83,6 @@ int16_t MapAppendError(int16_t error) {
     case ErrorCode::kUnknownTopicOrPartition:
     case ErrorCode::kFencedLeaderEpoch:
       return ToWire(ErrorCode::kNotCoordinator);
-    case ErrorCode::kRequestTimedOut:
-      return ToWire(ErrorCode::kRequestTimedOut);
     default:
       return ToWire(ErrorCode::kCoordinatorNotAvailable);
   }
@@ -161,6 +160,7 @@ GroupConfig GroupConfig::FromConfig(const config::Config& config) {
   c.offsets_retention_check_interval_ms = config.GetLong("offsets.retention.check.interval.ms");
   c.offset_metadata_max_bytes = config.GetInt("offset.metadata.max.bytes");
   c.offsets_commit_timeout_ms = config.GetInt("offsets.commit.timeout.ms");
+  c.offsets_compression_codec = config.GetInt("offsets.topic.compression.codec");
   return c;
 }
 
@@ -276,7 +276,7 @@ void Shard::Write(std::vector<LogRecord> records, std::function<void(int16_t err
   if (records.empty()) return PostWriteResult(id, 0);
 
   record::BatchBuilder::Options options;
-  options.compression = CompressionFor(broker_.config.GetInt("offsets.topic.compression.codec"));
+  options.compression = CompressionFor(config_.offsets_compression_codec);
   options.partition_leader_epoch = leader_epoch_;
   record::BatchBuilder builder(options);
   const int64_t now = NowMs();
@@ -459,7 +459,9 @@ void Shard::OnRead(const grpc::Status& status, storage::ReadResponse& resp, int6
                   batch.base_offset(), st.ToString());
     }
   }
-  if (batches->empty() || next >= load_end_) return FinishLoad();
+  // Done at the end seen when the load began, or when a read brings nothing new (only batches
+  // at or past that end): reading the same offset again would loop.
+  if (batches->empty() || next >= load_end_ || next == offset) return FinishLoad();
   ReadNext(next);
 }
 
@@ -625,15 +627,20 @@ void Shard::DeleteGroup(const std::string& group_id, std::function<void(int16_t 
   GroupSlot* slot = Find(group_id);
   std::vector<LogRecord> records;
   if (slot != nullptr) {
-    for (const auto& [tp, offset] : slot->offsets) {
+    std::set<TopicPartition> partitions;
+    for (const auto& [tp, offset] : slot->offsets) partitions.insert(tp);
+    // Commits still being written land before these tombstones (one partition's appends
+    // keep their order), so they are deleted too.
+    for (const auto& [tp, count] : slot->pending_partitions) partitions.insert(tp);
+    for (const TopicPartition& tp : partitions) {
       records.push_back(OffsetTombstone(OffsetKey{group_id, tp.first, tp.second}));
     }
     for (LogRecord& r : GroupTombstones(group_id, *slot)) records.push_back(std::move(r));
+    // Gone at once, as Kafka marks the group Dead: a join or commit arriving while the
+    // tombstones are written starts a new group, whose records follow them in the log.
+    Remove(group_id);
   }
-  Write(std::move(records), [this, group_id, done = std::move(done)](int16_t error) {
-    if (error == 0 && state_ == State::kActive) Remove(group_id);
-    done(error);
-  });
+  Write(std::move(records), std::move(done));
 }
 
 std::optional<std::set<std::string>> Shard::SubscribedTopics(const GroupSlot& slot) const {
@@ -789,9 +796,9 @@ int32_t Coordinator::PartitionFor(std::string_view group_id) const {
 }
 
 Coordinator::Route Coordinator::RouteGroup(std::string_view group_id) {
-  // Records hold the group id as an int16-length string: a longer id (possible in flexible
-  // request versions) could not be written back as it came.
-  if (group_id.size() > static_cast<size_t>(INT16_MAX)) {
+  // Kafka refuses an empty id. Records hold the id as an int16-length string: a longer one
+  // (possible in flexible request versions) could not be written back as it came.
+  if (group_id.empty() || group_id.size() > static_cast<size_t>(INT16_MAX)) {
     return {ToWire(ErrorCode::kInvalidGroupId), nullptr};
   }
   const brokerd::TopicInfo* topic = broker_.metadata.FindTopic(std::string(kOffsetsTopic));

@@ -56,15 +56,6 @@ inline constexpr std::string_view kOffsetsTopic = "__consumer_offsets";
 // UTF-16 code units, then Utils.abs (MIN_VALUE maps to 0), modulo `partitions`.
 int32_t OffsetsPartitionFor(std::string_view group_id, int32_t partitions);
 
-// The error a request answers for a failed group write (Shard::Write's error): Kafka's group
-// coordinator turns a write timeout into COORDINATOR_NOT_AVAILABLE, which every client
-// retries (older ones do not expect REQUEST_TIMED_OUT there).
-inline int16_t RequestErrorForWrite(int16_t write_error) {
-  constexpr int16_t kRequestTimedOut = 7;
-  constexpr int16_t kCoordinatorNotAvailable = 15;
-  return write_error == kRequestTimedOut ? kCoordinatorNotAvailable : write_error;
-}
-
 // One committed offset as the coordinator holds it.
 struct CommittedOffset {
   int64_t offset = -1;
@@ -152,8 +143,9 @@ class Shard final : public GroupEnv {
   // Writes tombstones for those of `partitions` the group has offsets for, then forgets them.
   void DeleteOffsets(const std::string& group_id, const std::vector<TopicPartition>& partitions,
                      std::function<void(int16_t error)> done);
-  // Writes tombstones for every offset of the group and for the group itself, then removes
-  // the slot. The caller checked the group has no members.
+  // Removes the slot at once and writes tombstones for every offset of the group (those
+  // still being committed included) and for the group itself; `done` gets the write's
+  // result. The caller checked the group has no members.
   void DeleteGroup(const std::string& group_id, std::function<void(int16_t error)> done);
   // One expiry pass now (the shard runs one every offsets.retention.check.interval.ms);
   // `done` runs once its writes (if any) finished.
@@ -216,8 +208,8 @@ class Coordinator {
 
   // Where a request for `group_id` goes. `shard` is set only when `error` is 0; otherwise
   // `error` is NOT_COORDINATOR (the partition is not led here, or __consumer_offsets does
-  // not exist yet), COORDINATOR_LOAD_IN_PROGRESS, or INVALID_GROUP_ID for an id longer than
-  // a record can hold (32767 bytes).
+  // not exist yet), COORDINATOR_LOAD_IN_PROGRESS, or INVALID_GROUP_ID for an empty id or one
+  // longer than a record can hold (32767 bytes).
   struct Route {
     int16_t error = 0;
     Shard* shard = nullptr;

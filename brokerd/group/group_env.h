@@ -35,6 +35,7 @@ struct GroupConfig {
   int64_t offsets_retention_check_interval_ms = 600000;   // offsets.retention.check.interval.ms
   int32_t offset_metadata_max_bytes = 4096;               // offset.metadata.max.bytes
   int32_t offsets_commit_timeout_ms = 5000;               // offsets.commit.timeout.ms
+  int32_t offsets_compression_codec = 0;                  // offsets.topic.compression.codec
 
   static GroupConfig FromConfig(const config::Config& config);
 };
@@ -55,9 +56,8 @@ class GroupEnv {
 
   // Appends `records` to the shard's partition as one batch. `done` runs later (never inside
   // Write) with 0 once the records are durable as acks=all requires, or with the Kafka error
-  // the caller should answer: NOT_COORDINATOR (the partition moved or is being unloaded),
-  // COORDINATOR_NOT_AVAILABLE (storage failed), REQUEST_TIMED_OUT
-  // (offsets.commit.timeout.ms passed).
+  // the caller should answer: NOT_COORDINATOR (the partition moved or is being unloaded) or
+  // COORDINATOR_NOT_AVAILABLE (storage failed, or offsets.commit.timeout.ms passed).
   virtual void Write(std::vector<LogRecord> records, std::function<void(int16_t error)> done) = 0;
 
   virtual const GroupConfig& config() const = 0;

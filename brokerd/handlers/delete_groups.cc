@@ -67,7 +67,7 @@ void HandleDeleteGroups(BrokerContext& broker, std::unique_ptr<RequestContext> c
     const size_t index = pending->resp.results.size() - 1;
     ++pending->outstanding;
     route.shard->DeleteGroup(id, [pending, index](int16_t error) {
-      pending->resp.results[index].error_code = group::RequestErrorForWrite(error);
+      pending->resp.results[index].error_code = error;
       pending->Done();
     });
   }

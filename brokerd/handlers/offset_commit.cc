@@ -93,9 +93,11 @@ void HandleOffsetCommit(BrokerContext& broker, std::unique_ptr<RequestContext> c
   }
 
   const int64_t now = shard.NowMs();
-  const int64_t expire_at = version <= kLastRetentionTimeVersion && req.retention_time_ms != -1
-                                ? now + req.retention_time_ms
-                                : -1;
+  // A retention beyond the clock's range saturates rather than overflow.
+  const int64_t expire_at =
+      version <= kLastRetentionTimeVersion && req.retention_time_ms != -1
+          ? (req.retention_time_ms > INT64_MAX - now ? INT64_MAX : now + req.retention_time_ms)
+          : -1;
   std::vector<group::Shard::Commit> commits;
   std::vector<Item> written;
   for (const Item& it : valid) {
@@ -122,9 +124,8 @@ void HandleOffsetCommit(BrokerContext& broker, std::unique_ptr<RequestContext> c
   std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);
   shard.CommitOffsets(req.group_id, std::move(commits),
                       [resp, written, shared_ctx, respond](int16_t error) {
-                        const int16_t code = group::RequestErrorForWrite(error);
                         for (const Item& it : written) {
-                          resp->topics[it.topic].partitions[it.partition].error_code = code;
+                          resp->topics[it.topic].partitions[it.partition].error_code = error;
                         }
                         respond(EncodeResponse(*shared_ctx, *resp));
                       });

@@ -65,7 +65,7 @@ void HandleOffsetDelete(BrokerContext& broker, std::unique_ptr<RequestContext> c
     if (error != 0) {
       // Kafka answers a failed write with the top-level error alone.
       OffsetDeleteResponse failed;
-      failed.error_code = group::RequestErrorForWrite(error);
+      failed.error_code = error;
       return respond(EncodeResponse(*shared_ctx, failed));
     }
     respond(EncodeResponse(*shared_ctx, *resp));
