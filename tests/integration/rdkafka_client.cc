@@ -400,8 +400,18 @@ int SeqConsume(const Options& o, int partitions, const char* seq_path) {
     if (rk == nullptr) Fail(err);
     for (int p = 0; p < partitions; ++p) {
       int64_t low = 0, high = 0;
-      rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(rk, o.topic.c_str(), p, &low, &high,
-                                                               static_cast<int>(o.timeout_ms));
+      // A broker that just had a role restarted may answer NOT_LEADER_OR_FOLLOWER (retriable)
+      // for a moment; an application retries, and so does this client, within its timeout.
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.timeout_ms);
+      rd_kafka_resp_err_t e;
+      while (true) {
+        e = rd_kafka_query_watermark_offsets(rk, o.topic.c_str(), p, &low, &high,
+                                             static_cast<int>(o.timeout_ms));
+        const bool retriable = e == RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION ||
+                               e == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE;
+        if (!retriable || std::chrono::steady_clock::now() >= deadline) break;
+        rd_kafka_poll(rk, 100);
+      }
       if (e != RD_KAFKA_RESP_ERR_NO_ERROR) Fail(std::string("watermarks: ") + rd_kafka_err2str(e));
       wants.push_back({p, low, high - low});
       log_start_sum += low;
