@@ -9,23 +9,6 @@
 namespace runnel::controllerd::logformat {
 namespace {
 
-void PutU32(char* p, uint32_t v) {
-  for (int i = 3; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xFF);
-}
-void PutU64(char* p, uint64_t v) {
-  for (int i = 7; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xFF);
-}
-uint32_t GetU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-uint64_t GetU64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-
 // Parses exactly `digits` decimal digits.
 std::optional<int64_t> ParseDigits(std::string_view s, size_t digits) {
   if (s.size() != digits) return std::nullopt;

@@ -43,6 +43,24 @@ inline constexpr uint32_t kMinFrameLength = 20;
 // A metadata batch is small; a bigger length is corruption, not a reason to allocate.
 inline constexpr uint32_t kMaxFrameLength = 256u << 20;
 
+// Big-endian integers at `p`, as every field of these files is stored.
+inline void PutU32(char* p, uint32_t v) {
+  for (int i = 3; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xFF);
+}
+inline void PutU64(char* p, uint64_t v) {
+  for (int i = 7; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xFF);
+}
+inline uint32_t GetU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+inline uint64_t GetU64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
 struct Frame {
   int64_t offset = 0;
   int64_t term = 0;
