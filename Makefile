@@ -3,16 +3,19 @@
 #   make test   install what is missing, build the libFuzzer targets with clang and run
 #               them for a bounded time, then build with ASan+UBSan and run every test (CTest)
 #   make bench  build Release and run the benchmarks under bench/
+#   make soak   build Release and run the Raft simulator over SEEDS seeds of long runs
+#               for 3 and for 5 voters (a failing seed is printed with how to replay it)
 #   make fmt    clang-format every C++ file
 
 CONFIG ?= config/runnel.properties
 JOBS ?= $(shell nproc)
 RELEASE_DIR := build/release
+SEEDS ?= 20000
 TEST_DIR := build/asan
 FUZZ_DIR := build/fuzz
 CMAKE_COMMON := -G Ninja -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
 
-.PHONY: all deps build run test unit-test fuzz-test bench fmt clean
+.PHONY: all deps build run test unit-test fuzz-test bench soak fmt clean
 
 all: build
 
@@ -45,6 +48,10 @@ fuzz-test: deps
 
 bench: build
 	bench/run-all $(RELEASE_DIR)
+
+soak: build
+	$(RELEASE_DIR)/bin/runnel-raft-soak --nodes 3 --seeds $(SEEDS) --steps 5000
+	$(RELEASE_DIR)/bin/runnel-raft-soak --nodes 5 --seeds $(SEEDS) --steps 5000
 
 fmt:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i

@@ -2,17 +2,36 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 
 #include <fmt/format.h>
 
 #include "brokerd/topic_configs.h"
 #include "common/config/listeners.h"
+#include "common/config/quorum_voters.h"
 #include "common/grpc/unix_server.h"
 #include "common/log/log.h"
+#include "common/protocol/error_code.h"
 
 namespace runnel::brokerd {
 namespace {
+
+// Where the controllers are, most preferred first: this node's own controllerd over its Unix
+// socket when the node runs the controller role, then every voter of the quorum over TCP.
+std::vector<std::string> ControllerTargets(const config::Config& config) {
+  std::vector<std::string> targets;
+  const std::vector<std::string> roles = config.GetList("process.roles");
+  if (std::find(roles.begin(), roles.end(), "controller") != roles.end()) {
+    targets.push_back(grpcutil::UnixTarget(
+        grpcutil::SocketPath(config.GetString("runnel.run.dir"), "controllerd")));
+  }
+  auto voters = config::ParseQuorumVoters(config.GetString("controller.quorum.voters"));
+  if (voters.ok()) {  // validated when the config was loaded
+    for (const config::QuorumVoter& v : *voters) targets.push_back(v.Address());
+  }
+  return targets;
+}
 
 std::shared_ptr<spdlog::logger> Log() {
   static auto logger = log::Get("brokerd");
@@ -58,7 +77,7 @@ void Dispatcher::Release() {
 Broker::Broker(const config::Config& config)
     : config_(config),
       node_id_(config.GetInt("node.id")),
-      controller_(loop_, grpcutil::SocketPath(config.GetString("runnel.run.dir"), "controllerd")),
+      controller_(loop_, ControllerTargets(config)),
       storage_(loop_, grpcutil::SocketPath(config.GetString("runnel.run.dir"), "storaged")),
       appends_(loop_, storage_),
       context_{loop_,       config_,     metadata_, controller_, node_id_,
@@ -151,6 +170,8 @@ Status Broker::Start() {
   }
   Log()->info("registered as broker {} (epoch {}) in cluster {}", node_id_,
               reg_resp.broker_epoch(), reg_resp.cluster_id());
+  registration_ = std::move(reg);
+  broker_epoch_ = reg_resp.broker_epoch();
 
   std::string socket = grpcutil::SocketPath(config_.GetString("runnel.run.dir"), "brokerd");
   RUNNEL_ASSIGN_OR_RETURN(grpc_server_, grpcutil::StartUnixServer(socket, {&admin_}));
@@ -177,7 +198,77 @@ Status Broker::Start() {
       });
   controller_.StartWatch(
       [this](const runnel::controller::MetadataUpdate& update) { OnMetadata(update); });
+
+  uv_timer_init(loop_.raw(), &heartbeat_timer_);
+  heartbeat_timer_.data = this;
+  const uint64_t interval = static_cast<uint64_t>(config_.GetInt("broker.heartbeat.interval.ms"));
+  uv_timer_start(
+      &heartbeat_timer_, [](uv_timer_t* t) { static_cast<Broker*>(t->data)->SendHeartbeat(); },
+      interval, interval);
   return absl::OkStatus();
+}
+
+void Broker::SendHeartbeat() {
+  if (heartbeat_out_) return;
+  heartbeat_out_ = true;
+  runnel::controller::BrokerHeartbeatRequest req;
+  req.set_broker_id(node_id_);
+  req.set_broker_epoch(broker_epoch_);
+  // Bounded by the session so a call waiting for a new controller leader is not outlived by
+  // the session it is meant to keep.
+  controller_.BrokerHeartbeat(
+      req, std::chrono::milliseconds(config_.GetInt("broker.session.timeout.ms")),
+      [this](const grpc::Status& status,
+             const runnel::controller::BrokerHeartbeatResponse& response) {
+        OnHeartbeat(status, response);
+      });
+}
+
+void Broker::OnHeartbeat(const grpc::Status& status,
+                         const runnel::controller::BrokerHeartbeatResponse& response) {
+  using protocol::ErrorCode;
+  if (!status.ok()) {
+    heartbeat_out_ = false;
+    if (!heartbeat_failing_) {
+      Log()->warn("heartbeat to the controller failed: {}; retrying every interval",
+                  status.error_message());
+      heartbeat_failing_ = true;
+    }
+    return;
+  }
+  if (heartbeat_failing_) {
+    Log()->info("heartbeats reach the controller again");
+    heartbeat_failing_ = false;
+  }
+  const auto code = static_cast<ErrorCode>(response.error_code());
+  if (code == ErrorCode::kStaleBrokerEpoch || code == ErrorCode::kBrokerIdNotRegistered) {
+    Log()->warn("the controller does not know this registration (epoch {}): {}; registering again",
+                broker_epoch_, response.error_message());
+    Reregister();  // keeps heartbeat_out_ until it is answered
+    return;
+  }
+  heartbeat_out_ = false;
+  if (code != ErrorCode::kNone) {
+    Log()->warn("heartbeat refused: error {} {}", response.error_code(), response.error_message());
+  } else if (response.metadata_offset() >= 0) {
+    Log()->info("the controller unfenced this broker (offset {})", response.metadata_offset());
+  }
+}
+
+void Broker::Reregister() {
+  controller_.RegisterBroker(
+      registration_, std::chrono::milliseconds(config_.GetInt("broker.session.timeout.ms")),
+      [this](const grpc::Status& status,
+             const runnel::controller::RegisterBrokerResponse& response) {
+        heartbeat_out_ = false;
+        if (!status.ok() || response.error_code() != 0) {
+          Log()->warn("registering again failed: {}",
+                      status.ok() ? response.error_message() : status.error_message());
+          return;  // the next heartbeat tells again
+        }
+        broker_epoch_ = response.broker_epoch();
+        Log()->info("registered again as broker {} (epoch {})", node_id_, broker_epoch_);
+      });
 }
 
 void Broker::OnMetadata(const runnel::controller::MetadataUpdate& update) {

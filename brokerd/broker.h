@@ -55,6 +55,13 @@ class Broker {
 
  private:
   void OnMetadata(const runnel::controller::MetadataUpdate& update);
+  // Broker heartbeats (loop thread): every broker.heartbeat.interval.ms one BrokerHeartbeat,
+  // unless the last one (or a re-registration) is still out. A controller that no longer
+  // knows this registration (STALE_BROKER_EPOCH, BROKER_ID_NOT_REGISTERED) gets a new one.
+  void SendHeartbeat();
+  void OnHeartbeat(const grpc::Status& status,
+                   const runnel::controller::BrokerHeartbeatResponse& response);
+  void Reregister();
   // Thread-safe: closes the listeners, connections and other handles; Run() then returns.
   void StopLoop();
 
@@ -74,6 +81,11 @@ class Broker {
   KafkaServer server_;
   BrokerAdminImpl admin_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  runnel::controller::RegisterBrokerRequest registration_;
+  int64_t broker_epoch_ = -1;
+  bool heartbeat_out_ = false;      // a heartbeat or re-registration is in flight
+  bool heartbeat_failing_ = false;  // the last heartbeat failed (logged once per outage)
+  uv_timer_t heartbeat_timer_;
   uv_signal_t sigterm_;
   uv_signal_t sigint_;
 };

@@ -21,10 +21,32 @@ struct Call {
 
 }  // namespace
 
-ControllerClient::ControllerClient(EventLoop& loop, const std::string& socket_path)
-    : loop_(loop),
-      channel_(grpcutil::UnixChannel(socket_path)),
-      stub_(runnel::controller::ControllerService::NewStub(channel_)) {}
+ControllerClient::ControllerClient(EventLoop& loop, const std::vector<std::string>& targets)
+    : loop_(loop), targets_(targets) {
+  for (const std::string& target : targets_) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(256 << 20);
+    args.SetMaxSendMessageSize(256 << 20);
+    // A controller that restarts or takes over is back within a second or two; gRPC's
+    // default reconnect backoff (1 s growing to 120 s) would keep its channel failing long
+    // after that.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    channels_.push_back(
+        grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+    stubs_.push_back(runnel::controller::ControllerService::NewStub(channels_.back()));
+  }
+}
+
+runnel::controller::ControllerService::Stub& ControllerClient::PickStub() {
+  for (size_t i = 0; i < channels_.size(); ++i) {
+    if (channels_[i]->GetState(/*try_to_connect=*/true) != GRPC_CHANNEL_TRANSIENT_FAILURE) {
+      return *stubs_[i];
+    }
+  }
+  return *stubs_[rotate_.fetch_add(1) % stubs_.size()];
+}
 
 ControllerClient::~ControllerClient() { Stop(); }
 
@@ -34,7 +56,7 @@ ControllerClient::~ControllerClient() { Stop(); }
     call->req = request;                                                                   \
     call->ctx.set_deadline(std::chrono::system_clock::now() + (timeout));                  \
     EventLoop* loop = &loop_;                                                              \
-    stub_->async()->Method(&call->ctx, &call->req, &call->resp,                            \
+    PickStub().async()->Method(&call->ctx, &call->req, &call->resp,                            \
                            [call, loop, done = std::move(done)](grpc::Status status) {     \
                              loop->Post([call, status, done] { done(status, call->resp); }); \
                            });                                                             \
@@ -61,6 +83,13 @@ void ControllerClient::DescribeCluster(std::chrono::milliseconds timeout,
                     runnel::controller::DescribeClusterRequest(), timeout, done);
 }
 
+void ControllerClient::DescribeQuorum(std::chrono::milliseconds timeout,
+                                      Done<runnel::controller::DescribeQuorumResponse> done) {
+  RUNNEL_ASYNC_CALL(DescribeQuorum, runnel::controller::DescribeQuorumRequest,
+                    runnel::controller::DescribeQuorumResponse,
+                    runnel::controller::DescribeQuorumRequest(), timeout, done);
+}
+
 void ControllerClient::CreatePartitions(const runnel::controller::CreatePartitionsRequest& req,
                                         std::chrono::milliseconds timeout,
                                         Done<runnel::controller::CreatePartitionsResponse> done) {
@@ -75,6 +104,20 @@ void ControllerClient::AlterConfigs(const runnel::controller::AlterConfigsReques
                     runnel::controller::AlterConfigsResponse, req, timeout, done);
 }
 
+void ControllerClient::RegisterBroker(const runnel::controller::RegisterBrokerRequest& req,
+                                      std::chrono::milliseconds timeout,
+                                      Done<runnel::controller::RegisterBrokerResponse> done) {
+  RUNNEL_ASYNC_CALL(RegisterBroker, runnel::controller::RegisterBrokerRequest,
+                    runnel::controller::RegisterBrokerResponse, req, timeout, done);
+}
+
+void ControllerClient::BrokerHeartbeat(const runnel::controller::BrokerHeartbeatRequest& req,
+                                       std::chrono::milliseconds timeout,
+                                       Done<runnel::controller::BrokerHeartbeatResponse> done) {
+  RUNNEL_ASYNC_CALL(BrokerHeartbeat, runnel::controller::BrokerHeartbeatRequest,
+                    runnel::controller::BrokerHeartbeatResponse, req, timeout, done);
+}
+
 #undef RUNNEL_ASYNC_CALL
 
 grpc::Status ControllerClient::RegisterBrokerBlocking(
@@ -86,7 +129,7 @@ grpc::Status ControllerClient::RegisterBrokerBlocking(
   while (true) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::min(deadline, std::chrono::system_clock::now() + std::chrono::seconds(5)));
-    status = stub_->RegisterBroker(&ctx, req, resp);
+    status = PickStub().RegisterBroker(&ctx, req, resp);
     if (status.ok() || std::chrono::system_clock::now() + backoff >= deadline) return status;
     Log()->info("controller not reachable yet ({}); retrying", status.error_message());
     std::unique_lock lock(mu_);
@@ -114,6 +157,9 @@ void ControllerClient::Stop() {
 
 void ControllerClient::WatchLoop() {
   std::chrono::milliseconds backoff(50);
+  // The controller the stream is read from: the most preferred one first; after a stream
+  // that brought nothing (that controller is down or still starting), the next one.
+  size_t target = 0;
   while (true) {
     grpc::ClientContext ctx;
     {
@@ -123,7 +169,7 @@ void ControllerClient::WatchLoop() {
     }
     runnel::controller::WatchRequest req;
     req.set_from_offset(next_offset_.load());
-    auto reader = stub_->WatchMetadata(&ctx, req);
+    auto reader = stubs_[target]->WatchMetadata(&ctx, req);
     auto update = std::make_shared<runnel::controller::MetadataUpdate>();
     bool got_any = false;
     while (reader->Read(update.get())) {
@@ -139,8 +185,16 @@ void ControllerClient::WatchLoop() {
       watch_ctx_ = nullptr;
       if (stopping_) return;
     }
-    if (got_any) backoff = std::chrono::milliseconds(50);
-    Log()->info("metadata watch ended ({}); reconnecting", status.error_message());
+    Log()->info("metadata watch on {} ended ({}); reconnecting", targets_[target],
+                status.error_message());
+    if (got_any) {
+      backoff = std::chrono::milliseconds(50);
+      target = 0;
+    } else {
+      target = (target + 1) % stubs_.size();
+      // Every controller tried once without luck: wait before the next round.
+      if (target != 0) continue;
+    }
     std::unique_lock lock(mu_);
     if (cv_.wait_for(lock, backoff, [this] { return stopping_; })) return;
     backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));

@@ -1,5 +1,11 @@
 // brokerd's client of runnel-controllerd (proto/runnel/controller.proto).
 //
+// It knows several controllers: the local one over its Unix socket (when this node runs the
+// controller role) and every voter of the quorum over TCP. Any controller answers: one that
+// does not lead forwards writes to the leader. A call goes to the first controller, in that
+// order, whose channel is not failing, so a local controllerd being restarted sends calls to
+// another voter meanwhile.
+//
 // Unary calls use gRPC's callback API and never block the loop: the completion runs on a
 // gRPC thread and is posted to the loop, where `done` runs. The metadata watch runs on its
 // own thread, reading the stream and posting each update to the loop; when the stream
@@ -14,6 +20,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -24,7 +31,9 @@ namespace runnel::brokerd {
 
 class ControllerClient {
  public:
-  ControllerClient(EventLoop& loop, const std::string& socket_path);
+  // `targets`: gRPC target strings ("unix:/run/controllerd.sock", "127.0.0.1:9093"), in
+  // order of preference; at least one.
+  ControllerClient(EventLoop& loop, const std::vector<std::string>& targets);
   ~ControllerClient();
 
   template <typename Resp>
@@ -38,12 +47,22 @@ class ControllerClient {
                     Done<runnel::controller::DeleteTopicsResponse> done);
   void DescribeCluster(std::chrono::milliseconds timeout,
                        Done<runnel::controller::DescribeClusterResponse> done);
+  void DescribeQuorum(std::chrono::milliseconds timeout,
+                      Done<runnel::controller::DescribeQuorumResponse> done);
   void CreatePartitions(const runnel::controller::CreatePartitionsRequest& req,
                         std::chrono::milliseconds timeout,
                         Done<runnel::controller::CreatePartitionsResponse> done);
   void AlterConfigs(const runnel::controller::AlterConfigsRequest& req,
                     std::chrono::milliseconds timeout,
                     Done<runnel::controller::AlterConfigsResponse> done);
+
+  // Registers (again) from the loop, e.g. when a heartbeat is told the registration is gone.
+  void RegisterBroker(const runnel::controller::RegisterBrokerRequest& req,
+                      std::chrono::milliseconds timeout,
+                      Done<runnel::controller::RegisterBrokerResponse> done);
+  void BrokerHeartbeat(const runnel::controller::BrokerHeartbeatRequest& req,
+                       std::chrono::milliseconds timeout,
+                       Done<runnel::controller::BrokerHeartbeatResponse> done);
 
   // Blocking, for start-up only (not on the loop): registers this broker, retrying while
   // the controller is unreachable, until `deadline`.
@@ -58,10 +77,15 @@ class ControllerClient {
 
  private:
   void WatchLoop();
+  // The controller a new call goes to: the first whose channel is not in TRANSIENT_FAILURE,
+  // else the one after the last pick (so every controller gets tried in turn).
+  runnel::controller::ControllerService::Stub& PickStub();
 
   EventLoop& loop_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<runnel::controller::ControllerService::Stub> stub_;
+  std::vector<std::string> targets_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  std::vector<std::unique_ptr<runnel::controller::ControllerService::Stub>> stubs_;
+  std::atomic<size_t> rotate_{0};
 
   std::function<void(const runnel::controller::MetadataUpdate&)> apply_;
   std::thread watch_thread_;

@@ -4,6 +4,11 @@ namespace runnel::brokerd {
 
 bool MetadataCache::Apply(const runnel::controller::MetadataUpdate& update) {
   if (update.is_snapshot()) {
+    // A controller that lags behind the one this cache followed before (after a failover)
+    // answers a watch with its older image: keep the newer state and skip its deltas until
+    // they pass it. Going back would make topics vanish for a moment, and the reconciler
+    // would delete their logs.
+    if (ready_ && update.offset() < offset_) return false;
     topics_.clear();
     name_by_id_.clear();
     brokers_.clear();

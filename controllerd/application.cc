@@ -1,17 +1,20 @@
 #include "controllerd/application.h"
 
 #include <fmt/format.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
 
+#include "common/config/quorum_voters.h"
 #include "common/grpc/unix_server.h"
 #include "common/log/log.h"
 #include "controllerd/file_system.h"
-#include "controllerd/local_metadata_log.h"
+#include "controllerd/raft_log_store.h"
 
 namespace runnel::controllerd {
 namespace {
@@ -33,6 +36,12 @@ sigset_t ShutdownSignals() {
   return set;
 }
 
+// Wakes Run() for the fatal path; the signal is blocked everywhere, so sigwait takes it.
+void RaiseFatal() {
+  g_fatal = true;
+  ::kill(::getpid(), SIGUSR1);
+}
+
 }  // namespace
 
 void BlockShutdownSignals() {
@@ -46,28 +55,108 @@ StatusOr<std::unique_ptr<Application>> Application::Start(const config::Config& 
   auto logger = log::Get("controllerd");
   std::unique_ptr<Application> app(new Application());
   FileSystem& fs = PosixFileSystem();
-
-  std::string log_dir = config.GetString("metadata.log.dir");
-  RUNNEL_ASSIGN_OR_RETURN(std::unique_ptr<LocalMetadataLog> log,
-                          LocalMetadataLog::Open(fs, log_dir));
-  RUNNEL_ASSIGN_OR_RETURN(app->controller_,
-                          Controller::Open(ControllerOptions::FromConfig(config), std::move(log)));
-  app->controller_->SetFatalErrorHandler([](const Status&) {
-    // Wake Run(); the signal is blocked everywhere, so sigwait takes it.
-    g_fatal = true;
-    ::kill(::getpid(), SIGUSR1);
-  });
+  const int32_t node_id = config.GetInt("node.id");
+  app->election_timeout_ms_ = config.GetInt("controller.quorum.election.timeout.ms");
 
   std::string run_dir = config.GetString("runnel.run.dir");
   RUNNEL_RETURN_IF_ERROR(fs.CreateDirs(run_dir));
   app->socket_path_ = grpcutil::SocketPath(run_dir, "controllerd");
-  app->service_ = std::make_unique<ControllerServiceImpl>(*app->controller_);
-  RUNNEL_ASSIGN_OR_RETURN(app->server_,
-                          grpcutil::StartUnixServer(app->socket_path_, {app->service_.get()}));
-  grpcutil::SetServing(*app->server_, true);
-  logger->info("serving ControllerService on unix:{} as controller {}", app->socket_path_,
-               app->controller_->node_id());
+  if (app->socket_path_.size() >= sizeof(sockaddr_un{}.sun_path)) {
+    return absl::InvalidArgumentError(
+        fmt::format("socket path {} is too long for a Unix socket", app->socket_path_));
+  }
+
+  RUNNEL_ASSIGN_OR_RETURN(std::vector<config::QuorumVoter> voters,
+                          config::ParseQuorumVoters(config.Raw("controller.quorum.voters")));
+  std::map<int32_t, std::string> peers;
+  for (const config::QuorumVoter& v : voters) {
+    peers[v.id] = v.Address();
+    if (v.id == node_id) app->tcp_address_ = v.Address();
+  }
+  if (!voters.empty() && app->tcp_address_.empty()) {
+    return absl::InvalidArgumentError(
+        fmt::format("node.id {} is not one of controller.quorum.voters ({})", node_id,
+                    config.Raw("controller.quorum.voters")));
+  }
+
+  std::string log_dir = config.GetString("metadata.log.dir");
+  RUNNEL_ASSIGN_OR_RETURN(std::unique_ptr<RaftLogStore> store, RaftLogStore::Open(fs, log_dir));
+  std::unique_ptr<raft::Transport> transport;
+  if (!voters.empty()) {
+    RaftTransportOptions t;
+    t.self = node_id;
+    t.peers = peers;
+    t.request_timeout_ms = config.GetInt("controller.quorum.request.timeout.ms");
+    transport = std::make_unique<GrpcRaftTransport>(std::move(t));
+  }
+  auto quorum = std::make_unique<Quorum>(QuorumOptions::FromConfig(config), std::move(store),
+                                         std::move(transport));
+  RUNNEL_ASSIGN_OR_RETURN(
+      app->controller_, Controller::Open(ControllerOptions::FromConfig(config), std::move(quorum)));
+  app->controller_->SetFatalErrorHandler([](const Status&) { RaiseFatal(); });
+  app->service_ = std::make_unique<ControllerServiceImpl>(*app->controller_, peers);
+
+  if (!voters.empty()) {
+    Quorum* q = &app->controller_->quorum();
+    app->raft_service_ = std::make_unique<RaftServiceImpl>(
+        node_id, [q](std::vector<raft::Message> messages) { q->Deliver(std::move(messages)); });
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort(app->tcp_address_, grpc::InsecureServerCredentials(), &port);
+    builder.SetMaxReceiveMessageSize(-1);
+    builder.SetMaxSendMessageSize(-1);
+    builder.RegisterService(app->raft_service_.get());
+    builder.RegisterService(app->service_.get());
+    app->tcp_server_ = builder.BuildAndStart();
+    if (app->tcp_server_ == nullptr || port == 0) {
+      return absl::UnavailableError(fmt::format(
+          "cannot listen on {} (this node's controller.quorum.voters entry)", app->tcp_address_));
+    }
+    logger->info(
+        "serving the controller quorum and ControllerService on {} as controller {} "
+        "(voters {})",
+        app->tcp_address_, node_id, config.Raw("controller.quorum.voters"));
+  }
+  app->ready_thread_ = std::thread([a = app.get()] { a->ServeWhenReady(); });
   return app;
+}
+
+void Application::ServeWhenReady() {
+  auto logger = log::Get("controllerd");
+  bool waited_long = false;
+  const auto started = std::chrono::steady_clock::now();
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(ready_mu_);
+      if (stopping_) return;
+    }
+    Status st = controller_->WaitForClusterId(std::chrono::steady_clock::now() +
+                                              std::chrono::milliseconds(200));
+    if (st.ok()) break;
+    if (!waited_long && std::chrono::steady_clock::now() - started > std::chrono::seconds(10)) {
+      waited_long = true;
+      logger->warn(
+          "still waiting for the controller quorum to elect a leader and commit the "
+          "cluster's first entries ({})",
+          st.message());
+    }
+    std::unique_lock<std::mutex> lock(ready_mu_);
+    ready_cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stopping_; });
+  }
+  std::unique_lock<std::mutex> lock(ready_mu_);
+  if (stopping_) return;
+  StatusOr<std::unique_ptr<grpc::Server>> server =
+      grpcutil::StartUnixServer(socket_path_, {service_.get()});
+  if (!server.ok()) {
+    logger->critical("cannot serve on unix:{}: {}", socket_path_, server.status().message());
+    RaiseFatal();
+    return;
+  }
+  server_ = std::move(*server);
+  grpcutil::SetServing(*server_, true);
+  logger->info("serving ControllerService on unix:{} as controller {}", socket_path_,
+               controller_->node_id());
 }
 
 Application::~Application() { Stop(); }
@@ -94,16 +183,35 @@ int Application::Run() {
 void Application::Stop() {
   if (stopped_) return;
   stopped_ = true;
+  {
+    std::lock_guard<std::mutex> lock(ready_mu_);
+    stopping_ = true;
+  }
+  ready_cv_.notify_all();
+  if (ready_thread_.joinable()) ready_thread_.join();
   if (server_) grpcutil::SetServing(*server_, false);
-  // Ends watch streams and refuses new work, so the drain below is quick.
-  if (controller_) controller_->Shutdown();
+  if (tcp_server_) grpcutil::SetServing(*tcp_server_, false);
+  if (controller_) {
+    // While the servers still run: the next leader takes over before this one goes.
+    controller_->quorum().TransferLeadershipAndStop(
+        std::chrono::milliseconds(election_timeout_ms_));
+    // Ends watch streams and refuses new work, so the drain below is quick.
+    controller_->Shutdown();
+  }
+  const auto drain = std::chrono::system_clock::now() + kDrainDeadline;
   if (server_) {
-    server_->Shutdown(std::chrono::system_clock::now() + kDrainDeadline);
+    server_->Shutdown(drain);
     server_->Wait();
     server_.reset();
     ::unlink(socket_path_.c_str());
   }
+  if (tcp_server_) {
+    tcp_server_->Shutdown(drain);
+    tcp_server_->Wait();
+    tcp_server_.reset();
+  }
   service_.reset();
+  raft_service_.reset();
   controller_.reset();
   log::Get("controllerd")->info("stopped");
 }

@@ -1,17 +1,27 @@
-// runnel-controllerd as one object: opens the metadata log, replays it into the controller,
-// then serves ControllerService (and grpc.health.v1) on unix:<runnel.run.dir>/controllerd.sock.
-// Health is SERVING only once the log has been replayed, since the server starts after.
-// Shutdown is the reverse of construction.
+// runnel-controllerd as one object: opens the metadata log (RaftLogStore), starts the quorum
+// (Quorum) with the controller as its state machine, and serves:
+// - with controller.quorum.voters set: RaftService, ControllerService and grpc.health.v1 on
+//   the TCP host:port of this node's own voter entry, from the start (the quorum needs it to
+//   elect a leader);
+// - ControllerService and grpc.health.v1 on unix:<runnel.run.dir>/controllerd.sock, started
+//   (and SERVING) only once this node's image has the cluster id: a single voter after it
+//   replayed its log and elected itself, a quorum member once it has applied the cluster's
+//   first entries. brokerd and storaged wait for that health.
+// Shutdown is the reverse of construction, with a leadership transfer first.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "common/config/config.h"
 #include "controllerd/controller.h"
 #include "controllerd/controller_service.h"
+#include "controllerd/raft_transport.h"
 
 namespace runnel::controllerd {
 
@@ -28,7 +38,8 @@ class Application {
   // Waits for SIGTERM/SIGINT (returns 0 after a graceful stop) or a fatal controller error
   // (returns 1 so the supervisor restarts it, and the restart recovers the log).
   int Run();
-  // Graceful stop: NOT_SERVING, end watch streams, drain calls (bounded), close the log.
+  // Graceful stop: NOT_SERVING, hand the leadership to another voter (bounded by one election
+  // timeout), end watch streams, stop the quorum, drain calls (bounded).
   void Stop();
 
   const std::string& socket_path() const { return socket_path_; }
@@ -36,11 +47,22 @@ class Application {
 
  private:
   Application() = default;
+  // The ready thread: waits for the cluster id, then starts the Unix socket server.
+  void ServeWhenReady();
 
   std::string socket_path_;
+  std::string tcp_address_;  // "" without a quorum
+  int64_t election_timeout_ms_ = 1000;
   std::unique_ptr<Controller> controller_;
+  std::unique_ptr<RaftServiceImpl> raft_service_;
   std::unique_ptr<ControllerServiceImpl> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> tcp_server_;
+  std::unique_ptr<grpc::Server> server_;  // the Unix socket's, set by the ready thread
+
+  std::mutex ready_mu_;
+  std::condition_variable ready_cv_;
+  bool stopping_ = false;
+  std::thread ready_thread_;
   bool stopped_ = false;
 };
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <future>
 #include <map>
 #include <set>
 
@@ -30,6 +31,9 @@ constexpr int32_t kMaxPartitionsPerTopic = 100000;
 
 const std::string kZeroUuid(kUuidSize, '\0');
 
+// The largest batch one metadata log entry (one frame on disk) holds.
+constexpr size_t kMaxEntryBytes = logformat::kMaxFrameLength - 20;
+
 // '.' and '_' collide in metric names, so Kafka refuses topics differing only by them.
 std::string UnifyCollisionChars(const std::string& name) {
   std::string out = name;
@@ -55,6 +59,7 @@ ControllerOptions ControllerOptions::FromConfig(const config::Config& config) {
   o.default_num_partitions = config.GetInt("num.partitions");
   o.default_replication_factor = config.GetInt("default.replication.factor");
   o.snapshot_interval_bytes = config.GetLong("metadata.log.max.record.bytes.between.snapshots");
+  o.session_timeout_ms = config.GetInt("broker.session.timeout.ms");
   return o;
 }
 
@@ -99,54 +104,37 @@ bool Watcher::closed() const {
   return closed_.has_value();
 }
 
-// ---- Controller: open, replay, commit ---------------------------------------------------
+// ---- Controller: open, apply, commit ----------------------------------------------------
 
-Controller::Controller(const ControllerOptions& options, std::unique_ptr<MetadataLog> log)
+bool IsNotLeader(const Status& status) {
+  return status.code() == absl::StatusCode::kFailedPrecondition;
+}
+
+Controller::Controller(const ControllerOptions& options, std::unique_ptr<Quorum> quorum)
     : options_(options),
-      log_(std::move(log)),
+      quorum_(std::move(quorum)),
       uuids_(options.seed ? UuidGenerator(*options.seed) : UuidGenerator()),
       rng_(options.seed ? *options.seed ^ 0x9E3779B97F4A7C15ull : std::random_device{}()) {}
 
 Controller::~Controller() { Shutdown(); }
 
 StatusOr<std::unique_ptr<Controller>> Controller::Open(const ControllerOptions& options,
-                                                       std::unique_ptr<MetadataLog> log) {
-  std::unique_ptr<Controller> c(new Controller(options, std::move(log)));
-  RUNNEL_RETURN_IF_ERROR(c->Replay());
+                                                       std::unique_ptr<Quorum> quorum) {
+  std::unique_ptr<Controller> c(new Controller(options, std::move(quorum)));
+  RUNNEL_RETURN_IF_ERROR(c->quorum_->Start(c.get()));
+  {
+    std::lock_guard<std::mutex> lock(c->mu_);
+    RUNNEL_RETURN_IF_ERROR(c->fatal_);
+    Logger()->info("controller {} opened the metadata log: image at offset {}, voters {}",
+                   options.node_id, c->image_.offset(), fmt::join(c->quorum_->voters(), ","));
+  }
+  c->session_thread_ = std::thread([ptr = c.get()] { ptr->SessionLoop(); });
   return c;
 }
 
-Status Controller::Replay() {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto logger = Logger();
-  RUNNEL_ASSIGN_OR_RETURN(std::optional<Snapshot> snap, log_->LatestSnapshot());
-  int64_t from = log_->StartOffset();
-  if (snap) {
-    RUNNEL_RETURN_IF_ERROR(image_.Load(snap->id.end_offset - 1, snap->image));
-    from = snap->id.end_offset;
-  }
-  int64_t replayed = 0;
-  RUNNEL_RETURN_IF_ERROR(log_->Read(from, [&](const LogEntry& e) {
-    ++replayed;
-    return image_.Apply(e.offset, e.batch);
-  }));
-  // A single voter is its own leader; each start is a new term, as a Raft election would give.
-  term_ = log_->LastTerm() + 1;
-  logger->info("replayed metadata: snapshot {}, {} entr{} after it; now at offset {}, term {}",
-               snap ? logformat::SnapshotFileName(snap->id) : "none", replayed,
-               replayed == 1 ? "y" : "ies", image_.offset(), term_);
-
-  if (image_.cluster_id().empty()) {
-    metadata::MetadataRecordBatch batch;
-    std::string cluster_id = UuidToBase64(uuids_.Next());
-    batch.add_records()->mutable_cluster_id()->set_cluster_id(cluster_id);
-    auto* f = batch.add_records()->mutable_feature_level();
-    f->set_name("metadata.version");
-    f->set_feature_level(kMetadataVersion);
-    RUNNEL_RETURN_IF_ERROR(CommitLocked(std::move(batch)).status());
-    logger->info("new cluster: id {}", cluster_id);
-  }
-  return absl::OkStatus();
+Deadline Controller::Resolve(Deadline deadline) const {
+  if (deadline != Deadline{}) return deadline;
+  return std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.default_timeout_ms);
 }
 
 Status Controller::CheckUsableLocked() const {
@@ -162,24 +150,77 @@ void Controller::Fail(const Status& why) {
   Logger()->critical("{}", std::string(fatal_.message()));
   for (auto& w : watchers_) w->Close(fatal_);
   watchers_.clear();
+  image_cv_.notify_all();
   if (fatal_handler_) fatal_handler_(fatal_);
 }
 
-StatusOr<int64_t> Controller::CommitLocked(metadata::MetadataRecordBatch batch) {
-  RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
-  StatusOr<int64_t> offset = log_->Append(term_, batch);
-  if (!offset.ok()) {
-    // A batch too big to be an entry is this request's problem; anything else is the disk's.
-    if (offset.status().code() != absl::StatusCode::kInvalidArgument) Fail(offset.status());
-    return offset.status();
+Status Controller::BeginWrite(Deadline deadline) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
   }
-  if (Status st = image_.Apply(*offset, batch); !st.ok()) {
+  RUNNEL_RETURN_IF_ERROR(quorum_->WaitLeaderReady(deadline));
+  // A new cluster's first leader commits the cluster id right after its no-op.
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
+    if (!image_.cluster_id().empty()) return absl::OkStatus();
+    if (leader_term_ < 0) {
+      return absl::FailedPreconditionError(fmt::format(
+          "controller {} lost the leadership before the cluster id was committed",
+          options_.node_id));
+    }
+    if (image_cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
+        image_.cluster_id().empty()) {
+      return absl::UnavailableError("the cluster id was not committed within the deadline");
+    }
+  }
+}
+
+StatusOr<int64_t> Controller::Commit(const metadata::MetadataRecordBatch& batch,
+                                     Deadline deadline, std::optional<int64_t> expected_offset) {
+  std::string data = batch.SerializeAsString();
+  if (data.size() > kMaxEntryBytes) {
+    return absl::InvalidArgumentError(fmt::format(
+        "the change is {} bytes, more than the {} a metadata log entry may hold", data.size(),
+        kMaxEntryBytes));
+  }
+  std::future<StatusOr<int64_t>> done = quorum_->Propose(std::move(data), expected_offset);
+  if (done.wait_until(deadline) != std::future_status::ready) {
+    return absl::DeadlineExceededError(
+        "the metadata change was not committed within the deadline (it may still commit)");
+  }
+  StatusOr<int64_t> offset = done.get();
+  if (!offset.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!fatal_.ok()) return fatal_;
+  }
+  return offset;
+}
+
+void Controller::Apply(const raft::Entry& entry) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!fatal_.ok()) return;
+  metadata::MetadataRecordBatch batch;
+  if (!batch.ParseFromString(entry.data)) {
+    Fail(absl::DataLossError(fmt::format(
+        "the metadata log entry at offset {} is not a record batch", entry.offset)));
+    return;
+  }
+  const bool had_cluster_id = !image_.cluster_id().empty();
+  if (Status st = image_.Apply(entry.offset, batch); !st.ok()) {
     Fail(st);
-    return fatal_;
+    return;
+  }
+  last_applied_term_ = entry.term;
+  bytes_since_snapshot_ += entry.data.size();
+  if (!had_cluster_id && !image_.cluster_id().empty()) {
+    Logger()->info("cluster id {} (offset {})", image_.cluster_id(), entry.offset);
   }
 
+  // A leader's no-op is published too (an empty delta), so watchers see consecutive offsets.
   auto update = std::make_shared<controller::MetadataUpdate>();
-  update->set_offset(*offset);
+  update->set_offset(entry.offset);
   update->set_is_snapshot(false);
   *update->mutable_records() = std::move(*batch.mutable_records());
   UpdatePtr shared = std::move(update);
@@ -187,28 +228,116 @@ StatusOr<int64_t> Controller::CommitLocked(metadata::MetadataRecordBatch batch) 
     if ((*it)->Push(shared)) {
       ++it;
     } else {
-      Logger()->warn("a metadata watcher fell behind at offset {}; its stream is ended", *offset);
+      Logger()->warn("a metadata watcher fell behind at offset {}; its stream is ended",
+                     entry.offset);
       it = watchers_.erase(it);
     }
   }
+  image_cv_.notify_all();
+  MaybeProposeClusterIdLocked();
 
-  if (log_->BytesSinceSnapshot() >= static_cast<uint64_t>(options_.snapshot_interval_bytes)) {
-    Status st = log_->WriteSnapshot(SnapshotId{log_->EndOffset(), term_}, image_.ToRecords());
-    // The log still has everything; the next commit tries again.
-    if (!st.ok()) Logger()->warn("snapshot failed: {}", std::string(st.message()));
+  if (bytes_since_snapshot_ >= static_cast<uint64_t>(options_.snapshot_interval_bytes)) {
+    Status st = quorum_->CompactTo(raft::SnapshotId{entry.offset + 1, entry.term},
+                                   image_.ToRecords().SerializeAsString());
+    // The log still has everything; the next entry tries again.
+    if (st.ok()) {
+      bytes_since_snapshot_ = 0;
+    } else {
+      Logger()->warn("snapshot at offset {} failed: {}", entry.offset + 1, st.message());
+    }
   }
-  return *offset;
+}
+
+void Controller::Restore(raft::SnapshotId id, const std::string& data) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!fatal_.ok()) return;
+  metadata::MetadataRecordBatch batch;
+  if (!batch.ParseFromString(data)) {
+    Fail(absl::DataLossError(
+        fmt::format("snapshot {} is not a record batch", logformat::SnapshotFileName(id))));
+    return;
+  }
+  if (Status st = image_.Load(id.end_offset - 1, batch); !st.ok()) {
+    Fail(st);
+    return;
+  }
+  last_applied_term_ = id.epoch;
+  bytes_since_snapshot_ = 0;
+  Logger()->info("metadata image loaded from snapshot {} ({} topics, {} brokers)",
+                 logformat::SnapshotFileName(id), image_.topics().size(), image_.brokers().size());
+  // Watchers hold deltas of the replaced state: they reconnect and get the new image.
+  for (auto& w : watchers_) {
+    w->Close(absl::UnavailableError(
+        "the metadata image was replaced by a snapshot from the quorum leader; reconnect"));
+  }
+  watchers_.clear();
+  image_cv_.notify_all();
+}
+
+void Controller::RoleChanged(raft::Role role, int64_t term, raft::NodeId leader) {
+  std::lock_guard<std::mutex> lock(mu_);
+  leader_term_ = role == raft::Role::kLeader ? term : -1;
+  // Heartbeats went to the previous leader: every broker's session starts over here.
+  last_heartbeat_.clear();
+  if (leader != raft::kNoNode) {
+    Logger()->info("controller {} is {} in term {}; the leader is controller {}",
+                   options_.node_id, raft::RoleName(role), term, leader);
+  } else {
+    Logger()->info("controller {} is {} in term {}; no leader known", options_.node_id,
+                   raft::RoleName(role), term);
+  }
+  image_cv_.notify_all();
+  MaybeProposeClusterIdLocked();
+}
+
+void Controller::Fatal(const Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Fail(why);
+}
+
+void Controller::MaybeProposeClusterIdLocked() {
+  // Once this node's own no-op is applied, nothing earlier can still carry a cluster id.
+  if (leader_term_ < 0 || last_applied_term_ != leader_term_ || cluster_id_term_ == leader_term_ ||
+      !image_.cluster_id().empty() || shut_down_ || !fatal_.ok()) {
+    return;
+  }
+  cluster_id_term_ = leader_term_;
+  metadata::MetadataRecordBatch batch;
+  std::string cluster_id = UuidToBase64(uuids_.Next());
+  batch.add_records()->mutable_cluster_id()->set_cluster_id(cluster_id);
+  auto* f = batch.add_records()->mutable_feature_level();
+  f->set_name("metadata.version");
+  f->set_feature_level(kMetadataVersion);
+  Logger()->info("new cluster: proposing cluster id {}", cluster_id);
+  // Completed on the driver thread once applied; a failure leaves it to the next leader.
+  (void)quorum_->Propose(batch.SerializeAsString());
 }
 
 void Controller::Shutdown() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (shut_down_) return;
-  shut_down_ = true;
-  for (auto& w : watchers_) w->Close(absl::UnavailableError("controller is shutting down"));
-  watchers_.clear();
-  if (log_) {
-    Status st = log_->Close();
-    if (!st.ok()) Logger()->warn("closing the metadata log: {}", std::string(st.message()));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    for (auto& w : watchers_) w->Close(absl::UnavailableError("controller is shutting down"));
+    watchers_.clear();
+    image_cv_.notify_all();
+    session_cv_.notify_all();
+  }
+  // Not under mu_: the driver thread may be waiting for it in Apply. Stopping the quorum also
+  // ends a fencing write the session thread may be waiting for.
+  quorum_->Stop();
+  if (session_thread_.joinable()) session_thread_.join();
+}
+
+Status Controller::WaitForClusterId(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
+    if (!image_.cluster_id().empty()) return absl::OkStatus();
+    if (image_cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
+        image_.cluster_id().empty()) {
+      return absl::UnavailableError("the cluster id is not known yet");
+    }
   }
 }
 
@@ -314,8 +443,11 @@ void Controller::AddPartitionRecordsLocked(const std::string& topic_id, int32_t 
 // ---- CreateTopics -----------------------------------------------------------------------
 
 StatusOr<controller::CreateTopicsResponse> Controller::CreateTopics(
-    const controller::CreateTopicsRequest& request) {
-  std::lock_guard<std::mutex> lock(mu_);
+    const controller::CreateTopicsRequest& request, Deadline deadline) {
+  deadline = Resolve(deadline);
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  RUNNEL_RETURN_IF_ERROR(BeginWrite(deadline));
+  std::unique_lock<std::mutex> lock(mu_);
   RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
 
   std::map<std::string, int> name_counts;
@@ -327,6 +459,7 @@ StatusOr<controller::CreateTopicsResponse> Controller::CreateTopics(
   const std::vector<int32_t> unfenced = UnfencedBrokersLocked();
 
   controller::CreateTopicsResponse response;
+  response.set_metadata_offset(-1);
   metadata::MetadataRecordBatch batch;
   for (const controller::CreatableTopic& t : request.topics()) {
     controller::CreatableTopicResult* r = response.add_topics();
@@ -482,8 +615,10 @@ StatusOr<controller::CreateTopicsResponse> Controller::CreateTopics(
     }
   }
 
+  lock.unlock();
   if (batch.records_size() > 0) {
-    RUNNEL_ASSIGN_OR_RETURN(int64_t offset, CommitLocked(std::move(batch)));
+    RUNNEL_ASSIGN_OR_RETURN(int64_t offset, Commit(batch, deadline));
+    response.set_metadata_offset(offset);
     for (const auto& r : response.topics()) {
       if (r.error_code() == 0) {
         Logger()->info("created topic {} ({} partition(s), replication factor {}) at offset {}",
@@ -497,8 +632,11 @@ StatusOr<controller::CreateTopicsResponse> Controller::CreateTopics(
 // ---- DeleteTopics -----------------------------------------------------------------------
 
 StatusOr<controller::DeleteTopicsResponse> Controller::DeleteTopics(
-    const controller::DeleteTopicsRequest& request) {
-  std::lock_guard<std::mutex> lock(mu_);
+    const controller::DeleteTopicsRequest& request, Deadline deadline) {
+  deadline = Resolve(deadline);
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  RUNNEL_RETURN_IF_ERROR(BeginWrite(deadline));
+  std::unique_lock<std::mutex> lock(mu_);
   RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
 
   // Resolve each entry to a key naming the topic (its id when it exists), so the same topic
@@ -511,6 +649,7 @@ StatusOr<controller::DeleteTopicsResponse> Controller::DeleteTopics(
   std::vector<Resolved> resolved;
   std::map<std::string, int> key_counts;
   controller::DeleteTopicsResponse response;
+  response.set_metadata_offset(-1);
   for (const auto& t : request.topics()) {
     controller::DeletableTopicResult* r = response.add_topics();
     r->set_name(t.name());
@@ -561,8 +700,10 @@ StatusOr<controller::DeleteTopicsResponse> Controller::DeleteTopics(
     r->set_error_code(0);
     batch.add_records()->mutable_remove_topic()->set_topic_id(res.topic->id);
   }
+  lock.unlock();
   if (batch.records_size() > 0) {
-    RUNNEL_ASSIGN_OR_RETURN(int64_t offset, CommitLocked(std::move(batch)));
+    RUNNEL_ASSIGN_OR_RETURN(int64_t offset, Commit(batch, deadline));
+    response.set_metadata_offset(offset);
     for (const auto& r : response.topics()) {
       if (r.error_code() == 0) Logger()->info("deleted topic {} at offset {}", r.name(), offset);
     }
@@ -573,71 +714,88 @@ StatusOr<controller::DeleteTopicsResponse> Controller::DeleteTopics(
 // ---- RegisterBroker / DescribeCluster ---------------------------------------------------
 
 StatusOr<controller::RegisterBrokerResponse> Controller::RegisterBroker(
-    const controller::RegisterBrokerRequest& request) {
-  std::lock_guard<std::mutex> lock(mu_);
-  RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
-  controller::RegisterBrokerResponse response;
-  response.set_broker_epoch(-1);
-  response.set_cluster_id(image_.cluster_id());
-  auto fail = [&](ErrorCode code, std::string message) {
-    response.set_error_code(static_cast<int32_t>(code));
-    response.set_error_message(std::move(message));
+    const controller::RegisterBrokerRequest& request, Deadline deadline) {
+  deadline = Resolve(deadline);
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  // The broker epoch is the offset of the registration record (as in KRaft). The leader
+  // knows that offset before proposing, since writers are serialized and each waits for its
+  // entry; the proposal is refused (and retried here) if the entry would land elsewhere.
+  for (int attempt = 0;; ++attempt) {
+    RUNNEL_RETURN_IF_ERROR(BeginWrite(deadline));
+    std::unique_lock<std::mutex> lock(mu_);
+    RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
+    controller::RegisterBrokerResponse response;
+    response.set_broker_epoch(-1);
+    response.set_metadata_offset(-1);
+    response.set_cluster_id(image_.cluster_id());
+    auto fail = [&](ErrorCode code, std::string message) {
+      response.set_error_code(static_cast<int32_t>(code));
+      response.set_error_message(std::move(message));
+      return response;
+    };
+
+    if (!request.cluster_id().empty() && request.cluster_id() != image_.cluster_id()) {
+      return fail(ErrorCode::kInconsistentClusterId,
+                  fmt::format("Expected cluster ID {}, but got cluster ID {}.",
+                              image_.cluster_id(), request.cluster_id()));
+    }
+    if (request.broker_id() < 0) {
+      return fail(ErrorCode::kInvalidRegistration,
+                  fmt::format("Invalid broker id {}: it must not be negative.",
+                              request.broker_id()));
+    }
+    if (!request.incarnation_id().empty() && !IsValidUuid(request.incarnation_id())) {
+      return fail(ErrorCode::kInvalidRegistration,
+                  "The incarnation id must be 16 bytes and not all zero.");
+    }
+    if (request.endpoints().empty()) {
+      return fail(ErrorCode::kInvalidRegistration, "The broker must have at least one listener.");
+    }
+    std::set<std::string> listener_names;
+    for (const auto& e : request.endpoints()) {
+      if (e.name().empty() || e.host().empty() || e.port() < 1 || e.port() > 65535 ||
+          e.security_protocol() < 0 || e.security_protocol() > 3) {
+        return fail(ErrorCode::kInvalidRegistration,
+                    fmt::format("Invalid listener {}://{}:{} (security protocol {}).", e.name(),
+                                e.host(), e.port(), e.security_protocol()));
+      }
+      if (!listener_names.insert(e.name()).second) {
+        return fail(ErrorCode::kInvalidRegistration,
+                    fmt::format("Listener {} is given more than once.", e.name()));
+      }
+    }
+
+    const int64_t epoch = image_.offset() + 1;
+    metadata::MetadataRecordBatch batch;
+    auto* rec = batch.add_records()->mutable_register_broker();
+    rec->set_broker_id(request.broker_id());
+    rec->set_broker_epoch(epoch);
+    rec->set_incarnation_id(request.incarnation_id().empty() ? uuids_.Next()
+                                                             : request.incarnation_id());
+    *rec->mutable_endpoints() = request.endpoints();
+    if (request.has_rack()) rec->set_rack(request.rack());
+    rec->set_fenced(false);
+    // A registration unfences: the broker leads again where it was the last in-sync replica.
+    AddLeaderReturnsLocked(request.broker_id(), &batch);
+    last_heartbeat_[request.broker_id()] = std::chrono::steady_clock::now();
+    const bool again = image_.brokers().count(request.broker_id()) > 0;
+    lock.unlock();
+
+    StatusOr<int64_t> offset = Commit(batch, deadline, epoch);
+    if (offset.status().code() == absl::StatusCode::kAborted && attempt < 3) {
+      // An earlier entry (a write that timed out) is still on its way: let it apply first.
+      quorum_->WaitFor(
+          [](const QuorumState& q) { return q.applied_offset + 1 >= q.end_offset; }, deadline);
+      continue;
+    }
+    if (!offset.ok()) return offset.status();
+    Logger()->info("broker {} {}registered with epoch {}", request.broker_id(),
+                   again ? "re-" : "", epoch);
+    response.set_error_code(0);
+    response.set_broker_epoch(epoch);
+    response.set_metadata_offset(*offset);
     return response;
-  };
-
-  if (!request.cluster_id().empty() && request.cluster_id() != image_.cluster_id()) {
-    return fail(ErrorCode::kInconsistentClusterId,
-                fmt::format("Expected cluster ID {}, but got cluster ID {}.", image_.cluster_id(),
-                            request.cluster_id()));
   }
-  if (request.broker_id() < 0) {
-    return fail(ErrorCode::kInvalidRegistration,
-                fmt::format("Invalid broker id {}: it must not be negative.", request.broker_id()));
-  }
-  if (!request.incarnation_id().empty() && !IsValidUuid(request.incarnation_id())) {
-    return fail(ErrorCode::kInvalidRegistration,
-                "The incarnation id must be 16 bytes and not all zero.");
-  }
-  if (request.endpoints().empty()) {
-    return fail(ErrorCode::kInvalidRegistration, "The broker must have at least one listener.");
-  }
-  std::set<std::string> listener_names;
-  for (const auto& e : request.endpoints()) {
-    if (e.name().empty() || e.host().empty() || e.port() < 1 || e.port() > 65535 ||
-        e.security_protocol() < 0 || e.security_protocol() > 3) {
-      return fail(ErrorCode::kInvalidRegistration,
-                  fmt::format("Invalid listener {}://{}:{} (security protocol {}).", e.name(),
-                              e.host(), e.port(), e.security_protocol()));
-    }
-    if (!listener_names.insert(e.name()).second) {
-      return fail(ErrorCode::kInvalidRegistration,
-                  fmt::format("Listener {} is given more than once.", e.name()));
-    }
-  }
-
-  // The broker epoch is the offset of the registration record (as in KRaft): the single
-  // writer knows it before appending.
-  int64_t epoch = log_->EndOffset();
-  metadata::MetadataRecordBatch batch;
-  auto* rec = batch.add_records()->mutable_register_broker();
-  rec->set_broker_id(request.broker_id());
-  rec->set_broker_epoch(epoch);
-  rec->set_incarnation_id(request.incarnation_id().empty() ? uuids_.Next()
-                                                           : request.incarnation_id());
-  *rec->mutable_endpoints() = request.endpoints();
-  if (request.has_rack()) rec->set_rack(request.rack());
-  rec->set_fenced(false);
-  bool again = image_.brokers().count(request.broker_id()) > 0;
-  RUNNEL_ASSIGN_OR_RETURN(int64_t offset, CommitLocked(std::move(batch)));
-  if (offset != epoch) {
-    return absl::InternalError(
-        fmt::format("registration committed at offset {}, expected {}", offset, epoch));
-  }
-  Logger()->info("broker {} {}registered with epoch {}", request.broker_id(), again ? "re-" : "",
-                 epoch);
-  response.set_error_code(0);
-  response.set_broker_epoch(epoch);
-  return response;
 }
 
 StatusOr<controller::DescribeClusterResponse> Controller::DescribeCluster() {
@@ -646,7 +804,7 @@ StatusOr<controller::DescribeClusterResponse> Controller::DescribeCluster() {
   controller::DescribeClusterResponse response;
   response.set_error_code(0);
   response.set_cluster_id(image_.cluster_id());
-  response.set_controller_id(options_.node_id);
+  response.set_controller_id(quorum_->Leader());
   response.set_metadata_offset(image_.offset());
   for (const auto& [id, b] : image_.brokers()) {
     auto* info = response.add_brokers();
@@ -659,11 +817,267 @@ StatusOr<controller::DescribeClusterResponse> Controller::DescribeCluster() {
   return response;
 }
 
+StatusOr<controller::DescribeQuorumResponse> Controller::DescribeQuorum() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
+  }
+  QuorumState q = quorum_->State();
+  if (q.role != raft::Role::kLeader) {
+    return absl::FailedPreconditionError(fmt::format(
+        "controller {} is not the leader (the leader is {})", options_.node_id, q.leader));
+  }
+  const int64_t wall_now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+  // The quorum's times are steady-clock ms; Kafka reports wall-clock ones.
+  auto to_wall = [&](int64_t steady_ms) {
+    return steady_ms < 0 ? int64_t{-1} : wall_now - (q.now_ms - steady_ms);
+  };
+  controller::DescribeQuorumResponse response;
+  response.set_error_code(0);
+  response.set_leader_id(options_.node_id);
+  response.set_leader_epoch(q.term);
+  response.set_high_watermark(q.commit_offset + 1);
+  bool self_listed = false;
+  std::vector<raft::ReplicaState> replicas = q.replicas;
+  for (const raft::ReplicaState& r : replicas) self_listed |= r.id == options_.node_id;
+  if (!self_listed) replicas.push_back(raft::ReplicaState{options_.node_id, true, -1, -1});
+  std::sort(replicas.begin(), replicas.end(),
+            [](const raft::ReplicaState& a, const raft::ReplicaState& b) { return a.id < b.id; });
+  for (const raft::ReplicaState& r : replicas) {
+    controller::QuorumReplicaState* out =
+        r.voter ? response.add_voters() : response.add_observers();
+    out->set_replica_id(r.id);
+    if (r.id == options_.node_id) {
+      out->set_log_end_offset(q.end_offset);
+      out->set_last_fetch_timestamp(wall_now);
+      out->set_last_caught_up_timestamp(wall_now);
+      continue;
+    }
+    out->set_log_end_offset(r.match_offset >= 0 ? r.match_offset + 1 : -1);
+    out->set_last_fetch_timestamp(to_wall(r.last_contact_ms));
+    auto it = q.caught_up_ms.find(r.id);
+    out->set_last_caught_up_timestamp(it == q.caught_up_ms.end() ? -1 : to_wall(it->second));
+  }
+  return response;
+}
+
+// ---- Broker sessions: heartbeats and fencing ---------------------------------------------
+
+StatusOr<controller::BrokerHeartbeatResponse> Controller::BrokerHeartbeat(
+    const controller::BrokerHeartbeatRequest& request, Deadline deadline) {
+  deadline = Resolve(deadline);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
+  }
+  // Only a ready leader has every registration applied to check the epoch against.
+  RUNNEL_RETURN_IF_ERROR(quorum_->WaitLeaderReady(deadline));
+  controller::BrokerHeartbeatResponse response;
+  response.set_metadata_offset(-1);
+  response.set_is_fenced(true);
+  // The registration the heartbeat is for, or null with the error set in `response`.
+  auto registration = [&]() -> const metadata::RegisterBrokerRecord* {
+    auto it = image_.brokers().find(request.broker_id());
+    if (it == image_.brokers().end()) {
+      response.set_error_code(static_cast<int32_t>(ErrorCode::kBrokerIdNotRegistered));
+      response.set_error_message(fmt::format("Broker {} is not registered.", request.broker_id()));
+      return nullptr;
+    }
+    if (it->second.broker_epoch() != request.broker_epoch()) {
+      response.set_error_code(static_cast<int32_t>(ErrorCode::kStaleBrokerEpoch));
+      response.set_error_message(fmt::format("Expected broker epoch {} of broker {}, but got {}.",
+                                             it->second.broker_epoch(), request.broker_id(),
+                                             request.broker_epoch()));
+      return nullptr;
+    }
+    response.set_error_code(0);
+    response.clear_error_message();
+    return &it->second;
+  };
+  auto not_leader = [&] {
+    return absl::FailedPreconditionError(
+        fmt::format("controller {} no longer leads the quorum", options_.node_id));
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
+    if (leader_term_ < 0) return not_leader();
+    const metadata::RegisterBrokerRecord* reg = registration();
+    if (reg == nullptr) return response;
+    last_heartbeat_[request.broker_id()] = std::chrono::steady_clock::now();
+    if (!reg->fenced()) {
+      response.set_is_fenced(false);
+      return response;
+    }
+  }
+
+  // A fenced broker is back: unfence it (a write, so as the other writes).
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  RUNNEL_RETURN_IF_ERROR(BeginWrite(deadline));
+  std::unique_lock<std::mutex> lock(mu_);
+  RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
+  if (leader_term_ < 0) return not_leader();
+  const metadata::RegisterBrokerRecord* reg = registration();  // may have changed meanwhile
+  if (reg == nullptr) return response;
+  last_heartbeat_[request.broker_id()] = std::chrono::steady_clock::now();
+  if (!reg->fenced()) {  // another heartbeat did it
+    response.set_is_fenced(false);
+    return response;
+  }
+  metadata::MetadataRecordBatch batch;
+  auto* rec = batch.add_records()->mutable_register_broker();
+  *rec = *reg;
+  rec->set_fenced(false);
+  AddLeaderReturnsLocked(request.broker_id(), &batch);
+  const int partitions = batch.records_size() - 1;
+  lock.unlock();
+  RUNNEL_ASSIGN_OR_RETURN(int64_t offset, Commit(batch, deadline));
+  Logger()->info(
+      "broker {} (epoch {}) is back: unfenced at offset {}, leading {} partition(s) "
+      "again",
+      request.broker_id(), request.broker_epoch(), offset, partitions);
+  response.set_is_fenced(false);
+  response.set_metadata_offset(offset);
+  return response;
+}
+
+void Controller::AddFenceRecordsLocked(int32_t broker_id,
+                                       metadata::MetadataRecordBatch* batch) const {
+  auto* rec = batch->add_records()->mutable_register_broker();
+  *rec = image_.brokers().at(broker_id);
+  rec->set_fenced(true);
+  for (const auto& [name, topic] : image_.topics()) {
+    for (const auto& [index, p] : topic.partitions) {
+      if (p.leader() != broker_id) continue;
+      std::vector<int32_t> others;
+      for (int32_t b : p.isr()) {
+        if (b != broker_id) others.push_back(b);
+      }
+      int32_t leader = -1;
+      for (int32_t b : others) {
+        auto it = image_.brokers().find(b);
+        if (it != image_.brokers().end() && !it->second.fenced()) {
+          leader = b;
+          break;
+        }
+      }
+      metadata::PartitionRecord* next = batch->add_records()->mutable_partition();
+      *next = p;
+      if (leader >= 0) {
+        next->clear_isr();
+        for (int32_t b : others) next->add_isr(b);
+      }
+      // else: the ISR keeps its last member, which is the only safe leader when it returns.
+      next->set_leader(leader);
+      next->set_leader_epoch(p.leader_epoch() + 1);
+      next->set_partition_epoch(p.partition_epoch() + 1);
+    }
+  }
+}
+
+void Controller::AddLeaderReturnsLocked(int32_t broker_id,
+                                        metadata::MetadataRecordBatch* batch) const {
+  for (const auto& [name, topic] : image_.topics()) {
+    for (const auto& [index, p] : topic.partitions) {
+      if (p.leader() != -1 ||
+          std::find(p.isr().begin(), p.isr().end(), broker_id) == p.isr().end()) {
+        continue;
+      }
+      metadata::PartitionRecord* next = batch->add_records()->mutable_partition();
+      *next = p;
+      next->set_leader(broker_id);
+      next->set_leader_epoch(p.leader_epoch() + 1);
+      next->set_partition_epoch(p.partition_epoch() + 1);
+    }
+  }
+}
+
+bool Controller::SessionExpiredLocked(int32_t broker_id,
+                                      std::chrono::steady_clock::time_point now) {
+  auto it = image_.brokers().find(broker_id);
+  if (it == image_.brokers().end() || it->second.fenced()) return false;
+  // First seen by this leader: its session starts now.
+  auto [last, inserted] = last_heartbeat_.try_emplace(broker_id, now);
+  return now - last->second >= std::chrono::milliseconds(options_.session_timeout_ms);
+}
+
+void Controller::SessionLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!shut_down_) {
+    session_cv_.wait_for(lock, std::chrono::milliseconds(options_.session_check_interval_ms),
+                         [&] { return shut_down_; });
+    if (shut_down_) break;
+    lock.unlock();
+    FenceExpiredBrokers();
+    lock.lock();
+  }
+}
+
+void Controller::FenceExpiredBrokers() {
+  // Only a ready leader: its image has every registration and fencing before its term.
+  if (!quorum_->IsLeaderReady()) return;
+  std::vector<int32_t> expired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!CheckUsableLocked().ok() || leader_term_ < 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& [id, b] : image_.brokers()) {
+      if (SessionExpiredLocked(id, now)) expired.push_back(id);
+    }
+  }
+  // One write per broker: each election sees the brokers fenced before it.
+  for (int32_t id : expired) FenceBroker(id);
+}
+
+void Controller::FenceBroker(int32_t broker_id) {
+  const Deadline deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.session_timeout_ms);
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  if (Status st = BeginWrite(deadline); !st.ok()) {
+    Logger()->debug("not fencing broker {}: {}", broker_id, st.message());
+    return;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  // A heartbeat or a registration may have come while this waited for the writer mutex.
+  if (!CheckUsableLocked().ok() || leader_term_ < 0 ||
+      !SessionExpiredLocked(broker_id, std::chrono::steady_clock::now())) {
+    return;
+  }
+  const int64_t epoch = image_.brokers().at(broker_id).broker_epoch();
+  metadata::MetadataRecordBatch batch;
+  AddFenceRecordsLocked(broker_id, &batch);
+  std::vector<std::string> moves;  // for the log line (the first few)
+  for (int i = 1; i < batch.records_size() && moves.size() < 10; ++i) {
+    const metadata::PartitionRecord& p = batch.records(i).partition();
+    const MetadataImage::Topic* topic = image_.TopicById(p.topic_id());
+    moves.push_back(
+        fmt::format("{}-{}->{}", topic ? topic->name : "?", p.partition_id(), p.leader()));
+  }
+  lock.unlock();
+  StatusOr<int64_t> offset = Commit(batch, deadline);
+  if (!offset.ok()) {
+    Logger()->warn("fencing broker {} failed: {}", broker_id, offset.status().message());
+    return;
+  }
+  const int moved = batch.records_size() - 1;
+  Logger()->warn("broker {} (epoch {}) sent no heartbeat for {} ms: fenced at offset {}{}{}{}",
+                 broker_id, epoch, options_.session_timeout_ms, *offset,
+                 moved == 0
+                     ? std::string()
+                     : fmt::format("; new leaders of its {} partition(s) (-1 = none): ", moved),
+                 fmt::join(moves, ", "), moved > 10 ? ", ..." : "");
+}
+
 // ---- CreatePartitions -------------------------------------------------------------------
 
 StatusOr<controller::CreatePartitionsResponse> Controller::CreatePartitions(
-    const controller::CreatePartitionsRequest& request) {
-  std::lock_guard<std::mutex> lock(mu_);
+    const controller::CreatePartitionsRequest& request, Deadline deadline) {
+  deadline = Resolve(deadline);
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  RUNNEL_RETURN_IF_ERROR(BeginWrite(deadline));
+  std::unique_lock<std::mutex> lock(mu_);
   RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
 
   std::map<std::string, int> name_counts;
@@ -747,8 +1161,9 @@ StatusOr<controller::CreatePartitionsResponse> Controller::CreatePartitions(
     r->set_error_code(0);
   }
 
+  lock.unlock();
   if (batch.records_size() > 0) {
-    RUNNEL_ASSIGN_OR_RETURN(int64_t offset, CommitLocked(std::move(batch)));
+    RUNNEL_ASSIGN_OR_RETURN(int64_t offset, Commit(batch, deadline));
     response.set_metadata_offset(offset);
     for (int i = 0; i < response.topics_size(); ++i) {
       if (response.topics(i).error_code() == 0) {
@@ -924,8 +1339,11 @@ std::optional<Controller::ConfigError> Controller::AlterResourceLocked(
 }
 
 StatusOr<controller::AlterConfigsResponse> Controller::AlterConfigs(
-    const controller::AlterConfigsRequest& request) {
-  std::lock_guard<std::mutex> lock(mu_);
+    const controller::AlterConfigsRequest& request, Deadline deadline) {
+  deadline = Resolve(deadline);
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  RUNNEL_RETURN_IF_ERROR(BeginWrite(deadline));
+  std::unique_lock<std::mutex> lock(mu_);
   RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
 
   std::map<std::pair<int32_t, std::string>, int> resource_counts;
@@ -966,8 +1384,9 @@ StatusOr<controller::AlterConfigsResponse> Controller::AlterConfigs(
       *batch.add_records()->mutable_config() = std::move(c);
     }
   }
+  lock.unlock();
   if (batch.records_size() > 0) {
-    RUNNEL_ASSIGN_OR_RETURN(int64_t offset, CommitLocked(std::move(batch)));
+    RUNNEL_ASSIGN_OR_RETURN(int64_t offset, Commit(batch, deadline));
     response.set_metadata_offset(offset);
     Logger()->info("configs changed at offset {}: {}", offset, Join(changes, ", "));
   }
@@ -985,33 +1404,61 @@ UpdatePtr Controller::SnapshotUpdateLocked() const {
 }
 
 StatusOr<std::shared_ptr<Watcher>> Controller::Watch(int64_t from_offset) {
-  std::lock_guard<std::mutex> lock(mu_);
-  RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
-  const int64_t start = log_->StartOffset();
-  const int64_t end = log_->EndOffset();
-  auto watcher = std::make_shared<Watcher>(options_.watcher_queue_capacity);
-  bool snapshot = from_offset <= 0 || from_offset < start || from_offset > end ||
-                  static_cast<uint64_t>(end - from_offset) >= options_.watcher_queue_capacity;
-  if (!snapshot) {
-    Status st = log_->Read(from_offset, [&](const LogEntry& e) {
-      auto update = std::make_shared<controller::MetadataUpdate>();
-      update->set_offset(e.offset);
-      update->set_is_snapshot(false);
-      *update->mutable_records() = e.batch.records();
-      if (!watcher->Push(std::move(update))) {
-        return absl::ResourceExhaustedError("catch-up larger than the watcher queue");
-      }
-      return absl::OkStatus();
-    });
-    if (!st.ok()) {
-      Logger()->warn("cannot replay the log from offset {} to a watcher ({}); sending the image",
-                     from_offset, std::string(st.message()));
-      watcher = std::make_shared<Watcher>(options_.watcher_queue_capacity);
-      snapshot = true;
-    }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
   }
-  if (snapshot) watcher->Push(SnapshotUpdateLocked());
-  watchers_.push_back(watcher);
+  auto watcher = std::make_shared<Watcher>(options_.watcher_queue_capacity);
+  // On the driver thread, between applies: the image, the log and the watcher's start agree,
+  // and the watcher is registered before the next entry is applied.
+  std::future<Status> done = quorum_->RunOnDriver([&](const raft::Storage& storage) -> Status {
+    std::lock_guard<std::mutex> lock(mu_);
+    RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
+    const int64_t end = image_.offset() + 1;  // only applied entries are replayed
+    const int64_t start = storage.start_offset();
+    bool snapshot = from_offset <= 0 || from_offset < start || from_offset > end ||
+                    static_cast<uint64_t>(end - from_offset) >= options_.watcher_queue_capacity;
+    if (!snapshot) {
+      Status st = absl::OkStatus();
+      for (int64_t next = from_offset; st.ok() && next < end;) {
+        StatusOr<std::vector<raft::Entry>> entries = storage.Read(next, end, 1 << 20);
+        if (!entries.ok()) {
+          st = entries.status();
+          break;
+        }
+        if (entries->empty()) {
+          st = absl::InternalError(fmt::format("the log returned nothing at offset {}", next));
+          break;
+        }
+        for (const raft::Entry& e : *entries) {
+          auto update = std::make_shared<controller::MetadataUpdate>();
+          metadata::MetadataRecordBatch batch;
+          if (e.offset != next || !batch.ParseFromString(e.data)) {
+            st = absl::DataLossError(fmt::format("bad metadata log entry at offset {}", next));
+            break;
+          }
+          update->set_offset(e.offset);
+          update->set_is_snapshot(false);
+          *update->mutable_records() = std::move(*batch.mutable_records());
+          if (!watcher->Push(std::move(update))) {
+            st = absl::ResourceExhaustedError("catch-up larger than the watcher queue");
+            break;
+          }
+          ++next;
+        }
+      }
+      if (!st.ok()) {
+        Logger()->warn("cannot replay the log from offset {} to a watcher ({}); sending the image",
+                       from_offset, st.message());
+        watcher = std::make_shared<Watcher>(options_.watcher_queue_capacity);
+        snapshot = true;
+      }
+    }
+    if (snapshot) watcher->Push(SnapshotUpdateLocked());
+    watchers_.push_back(watcher);
+    return absl::OkStatus();
+  });
+  RUNNEL_RETURN_IF_ERROR(done.get());
   return watcher;
 }
 

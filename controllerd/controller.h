@@ -1,9 +1,17 @@
-// The controller: owns the cluster metadata. Every change goes the same way:
-//   validate against the image -> build records -> append to the log (durable, committed)
-//   -> apply to the image -> publish to watchers -> maybe snapshot.
-// One mutex serializes changes, so the image, the log and the watchers' streams always
-// agree on the order of batches. Client mistakes are Kafka error codes in the responses;
-// a non-OK Status means the controller itself could not do the work.
+// The controller: owns the cluster metadata, the state machine over the Raft-replicated
+// metadata log (Quorum). Every change goes the same way, on the quorum's leader:
+//   (writer mutex) wait until this node leads with its term's no-op applied -> validate
+//   against the image -> build records -> propose -> wait until committed and applied ->
+//   answer.
+// Every node (leader or not) applies committed entries on the quorum's driver thread:
+//   (image mutex) apply to the image -> publish to watchers -> maybe snapshot (CompactTo).
+// The writer mutex serializes writers only; applying never takes it, so a writer waiting for
+// its entry never blocks the apply that completes it. Since a writer waits for its own entry
+// to be applied before the next one validates, each validates against an image holding every
+// earlier write. Client mistakes are Kafka error codes in the responses; a non-OK Status
+// means the controller could not do the work: FailedPrecondition = this node does not lead
+// (nothing was written; IsNotLeader), Unavailable = shut down, a fatal log error, or a lost
+// leadership, DeadlineExceeded = not committed in time.
 #pragma once
 
 #include <chrono>
@@ -11,17 +19,19 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/protocol/error_code.h"
 #include "common/util/status.h"
 #include "controllerd/metadata_image.h"
-#include "controllerd/metadata_log.h"
+#include "controllerd/quorum.h"
 #include "controllerd/uuid.h"
 #include "proto/runnel/controller.pb.h"
 
@@ -39,6 +49,12 @@ struct ControllerOptions {
   int64_t snapshot_interval_bytes = 20 << 20;
   // Updates a watcher may have undelivered before its stream is ended (it then reconnects).
   size_t watcher_queue_capacity = 4096;
+  // The deadline of a write called without one (tests, a gRPC call without a deadline).
+  int64_t default_timeout_ms = 30000;
+  // broker.session.timeout.ms: the leader fences a broker silent for this long.
+  int64_t session_timeout_ms = 9000;
+  // How often the leader looks for brokers whose session expired.
+  int64_t session_check_interval_ms = 500;
   // Seeds topic ids, cluster id and replica placement; random when unset (tests set it).
   std::optional<uint64_t> seed;
 
@@ -71,32 +87,53 @@ class Watcher {
   std::optional<Status> closed_;
 };
 
-class Controller {
- public:
-  // Loads the newest snapshot and replays the log after it; on the very first start
-  // commits the cluster id. The log is owned from here on.
-  static StatusOr<std::unique_ptr<Controller>> Open(const ControllerOptions& options,
-                                                    std::unique_ptr<MetadataLog> log);
-  ~Controller();
+// True for the error a write gets on a node that does not lead the quorum (nothing was
+// written): the caller may send it to the leader instead.
+bool IsNotLeader(const Status& status);
 
+class Controller final : private Quorum::StateMachine {
+ public:
+  // Starts `quorum` with this controller as its state machine: the stored snapshot (if any)
+  // is loaded now; the entries after it are applied once the quorum knows they are committed
+  // (a single voter: at its first election, right away). The first leader of a new cluster
+  // commits the cluster id. The quorum is owned from here on.
+  static StatusOr<std::unique_ptr<Controller>> Open(const ControllerOptions& options,
+                                                    std::unique_ptr<Quorum> quorum);
+  ~Controller() override;
+
+  // Writes. `deadline` bounds the wait for leadership and commit; {} = default_timeout_ms.
   StatusOr<controller::CreateTopicsResponse> CreateTopics(
-      const controller::CreateTopicsRequest& request);
+      const controller::CreateTopicsRequest& request, Deadline deadline = {});
   StatusOr<controller::DeleteTopicsResponse> DeleteTopics(
-      const controller::DeleteTopicsRequest& request);
+      const controller::DeleteTopicsRequest& request, Deadline deadline = {});
   StatusOr<controller::RegisterBrokerResponse> RegisterBroker(
-      const controller::RegisterBrokerRequest& request);
-  StatusOr<controller::DescribeClusterResponse> DescribeCluster();
+      const controller::RegisterBrokerRequest& request, Deadline deadline = {});
   StatusOr<controller::CreatePartitionsResponse> CreatePartitions(
-      const controller::CreatePartitionsRequest& request);
+      const controller::CreatePartitionsRequest& request, Deadline deadline = {});
   StatusOr<controller::AlterConfigsResponse> AlterConfigs(
-      const controller::AlterConfigsRequest& request);
+      const controller::AlterConfigsRequest& request, Deadline deadline = {});
+
+  // A broker's heartbeat, on the leader only (FailedPrecondition elsewhere, nothing done): its
+  // session is renewed, and a fenced broker is unfenced (a write: its registration with
+  // fenced = false, and it leads again every leaderless partition whose ISR has it).
+  StatusOr<controller::BrokerHeartbeatResponse> BrokerHeartbeat(
+      const controller::BrokerHeartbeatRequest& request, Deadline deadline = {});
+
+  // Reads of this node's image (any node); controller_id is the known leader (-1 none).
+  StatusOr<controller::DescribeClusterResponse> DescribeCluster();
+  // The quorum as its leader sees it; FailedPrecondition on a node that does not lead.
+  StatusOr<controller::DescribeQuorumResponse> DescribeQuorum();
+
+  // Waits until this node's image has the cluster id (it has applied the cluster's first
+  // entries): OK, or Unavailable at the deadline or once shut down.
+  Status WaitForClusterId(Deadline deadline);
 
   // Starts a watch (see WatchRequest in controller.proto): the returned watcher already
   // holds the snapshot or the catch-up deltas and then gets every new batch.
   StatusOr<std::shared_ptr<Watcher>> Watch(int64_t from_offset);
   void Unwatch(const std::shared_ptr<Watcher>& watcher);
 
-  // Ends every watch (UNAVAILABLE), refuses further calls and closes the log. Idempotent.
+  // Ends every watch (UNAVAILABLE), refuses further calls and stops the quorum. Idempotent.
   void Shutdown();
 
   // Called (under the controller's lock; must not block or call back) when the log can
@@ -105,18 +142,45 @@ class Controller {
 
   // A copy of the current image (for tests and diagnostics).
   MetadataImage Image() const;
-  int64_t term() const { return term_; }
+  // The quorum's Raft term (each election is a new term; a single voter's every start is).
+  int64_t term() const { return quorum_->Term(); }
   int32_t node_id() const { return options_.node_id; }
+  Quorum& quorum() { return *quorum_; }
 
  private:
-  Controller(const ControllerOptions& options, std::unique_ptr<MetadataLog> log);
-  Status Replay();
+  Controller(const ControllerOptions& options, std::unique_ptr<Quorum> quorum);
+  Deadline Resolve(Deadline deadline) const;
   Status CheckUsableLocked() const;
-  // Appends, applies and publishes one batch; returns its offset.
-  StatusOr<int64_t> CommitLocked(metadata::MetadataRecordBatch batch);
+  // Waits (the writer mutex held) until this node may write: it leads, its no-op is applied
+  // and the cluster has an id.
+  Status BeginWrite(Deadline deadline);
+  // Proposes one batch and waits until it is applied; returns its offset.
+  StatusOr<int64_t> Commit(const metadata::MetadataRecordBatch& batch, Deadline deadline,
+                           std::optional<int64_t> expected_offset = std::nullopt);
   void Fail(const Status& why);
   UpdatePtr SnapshotUpdateLocked() const;
+  void MaybeProposeClusterIdLocked();
+
+  // Quorum::StateMachine, on the quorum's driver thread.
+  void Apply(const raft::Entry& entry) override;
+  void Restore(raft::SnapshotId id, const std::string& data) override;
+  void RoleChanged(raft::Role role, int64_t term, raft::NodeId leader) override;
+  void Fatal(const Status& why) override;
   std::vector<int32_t> UnfencedBrokersLocked() const;
+
+  // Broker sessions (KRaft's broker heartbeat manager), on the leader. The session thread
+  // looks every session_check_interval_ms for registered, unfenced brokers not heard from for
+  // session_timeout_ms and fences each in its own write (FenceBroker).
+  void SessionLoop();
+  void FenceExpiredBrokers();
+  void FenceBroker(int32_t broker_id);
+  bool SessionExpiredLocked(int32_t broker_id, std::chrono::steady_clock::time_point now);
+  // The records of fencing `broker_id`: its registration with fenced = true, and for each
+  // partition it leads a new leader, the first unfenced other ISR member (the broker leaves
+  // the ISR), or none (-1, the ISR kept: the broker leads again when it comes back).
+  void AddFenceRecordsLocked(int32_t broker_id, metadata::MetadataRecordBatch* batch) const;
+  // PartitionRecords giving `broker_id` back every leaderless partition whose ISR has it.
+  void AddLeaderReturnsLocked(int32_t broker_id, metadata::MetadataRecordBatch* batch) const;
 
   // Replica placement shared by CreateTopics and CreatePartitions.
   // Kafka's checks of one manually placed partition (`partition` names it in messages):
@@ -146,13 +210,23 @@ class Controller {
       std::vector<metadata::ConfigRecord>* records) const;
 
   const ControllerOptions options_;
-  mutable std::mutex mu_;
-  std::unique_ptr<MetadataLog> log_;
+  std::unique_ptr<Quorum> quorum_;
+  std::mutex write_mu_;               // serializes writers; never taken by the apply path
+  mutable std::mutex mu_;             // the image, the watchers and the flags below
+  std::condition_variable image_cv_;  // an entry was applied, or the role or flags changed
   MetadataImage image_;
-  int64_t term_ = 1;
+  int64_t last_applied_term_ = 0;
+  int64_t leader_term_ = -1;      // the term this node leads in, -1 when it does not lead
+  int64_t cluster_id_term_ = -1;  // the term in which this node proposed the cluster id
+  uint64_t bytes_since_snapshot_ = 0;
   UuidGenerator uuids_;
   std::mt19937_64 rng_;
   std::vector<std::shared_ptr<Watcher>> watchers_;
+  // The leader's last heartbeat time of each broker, since this node last became leader (a
+  // broker missing here is given the time it is first looked at: a new leader's grace).
+  std::map<int32_t, std::chrono::steady_clock::time_point> last_heartbeat_;
+  std::condition_variable session_cv_;  // shut_down_ set
+  std::thread session_thread_;
   bool shut_down_ = false;
   Status fatal_;
   std::function<void(const Status&)> fatal_handler_;

@@ -1,10 +1,23 @@
 // The gRPC face of the Controller (runnel.controller.ControllerService), synchronous API:
-// each call runs on a gRPC thread and takes the controller's lock; a WatchMetadata stream
-// holds one gRPC thread while it lasts (there is one per broker).
+// each call runs on a gRPC thread; a WatchMetadata stream holds one gRPC thread while it
+// lasts (there is one per broker).
+//
+// With a controller quorum, writes, BrokerHeartbeat and DescribeQuorum are answered by the
+// leader: on another node the call is forwarded to the leader's ControllerService over TCP,
+// within the caller's deadline, marked so the leader never forwards it again. While no leader
+// is known the call waits (bounded by its deadline) and retries; a leader that is gone or no
+// longer leads (UNAVAILABLE) is retried with the next one. After a forwarded write the answer
+// waits (bounded) until this node has applied it, so this node's watchers already saw it. No
+// leader within the deadline: UNAVAILABLE.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
 
 #include "controllerd/controller.h"
 #include "proto/runnel/controller.grpc.pb.h"
@@ -13,7 +26,10 @@ namespace runnel::controllerd {
 
 class ControllerServiceImpl final : public controller::ControllerService::Service {
  public:
-  explicit ControllerServiceImpl(Controller& controller) : controller_(controller) {}
+  // `peers`: the ControllerService address ("host:port") of every voter by node id (the
+  // controller.quorum.voters entries); empty for a single voter, which never forwards.
+  explicit ControllerServiceImpl(Controller& controller, std::map<int32_t, std::string> peers = {});
+  ~ControllerServiceImpl() override;
 
   grpc::Status CreateTopics(grpc::ServerContext* context,
                             const controller::CreateTopicsRequest* request,
@@ -33,11 +49,32 @@ class ControllerServiceImpl final : public controller::ControllerService::Servic
   grpc::Status AlterConfigs(grpc::ServerContext* context,
                             const controller::AlterConfigsRequest* request,
                             controller::AlterConfigsResponse* response) override;
+  grpc::Status DescribeQuorum(grpc::ServerContext* context,
+                              const controller::DescribeQuorumRequest* request,
+                              controller::DescribeQuorumResponse* response) override;
+  grpc::Status BrokerHeartbeat(grpc::ServerContext* context,
+                               const controller::BrokerHeartbeatRequest* request,
+                               controller::BrokerHeartbeatResponse* response) override;
   grpc::Status WatchMetadata(grpc::ServerContext* context, const controller::WatchRequest* request,
                              grpc::ServerWriter<controller::MetadataUpdate>* writer) override;
 
  private:
+  using Stub = controller::ControllerService::Stub;
+  template <typename Request, typename Response>
+  using Remote = grpc::Status (Stub::*)(grpc::ClientContext*, const Request&, Response*);
+
+  // Runs a leader-only call: locally when this node leads, else on the leader (see above).
+  // `applied` gives a write's metadata offset (-1 none) to wait for; null for a read.
+  template <typename Request, typename Response>
+  grpc::Status Route(grpc::ServerContext* context, const Request& request, Response* response,
+                     const std::function<StatusOr<Response>(Deadline)>& local,
+                     Remote<Request, Response> remote, int64_t (*applied)(const Response&));
+  Stub* StubFor(int32_t id);
+
   Controller& controller_;
+  const std::map<int32_t, std::string> peers_;
+  std::mutex mu_;
+  std::map<int32_t, std::unique_ptr<Stub>> stubs_;
 };
 
 }  // namespace runnel::controllerd

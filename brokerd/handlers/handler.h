@@ -72,6 +72,7 @@ void HandleMetadata(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleCreateTopics(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDeleteTopics(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDescribeCluster(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleDescribeQuorum(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleCreatePartitions(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDescribeConfigs(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleAlterConfigs(BrokerContext&, std::unique_ptr<RequestContext>, Respond);

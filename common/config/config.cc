@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "common/config/quorum_voters.h"
+
 namespace runnel::config {
 namespace {
 
@@ -176,6 +178,7 @@ StatusOr<Config> Config::Parse(std::string_view text, std::vector<std::string>* 
     }
     RUNNEL_RETURN_IF_ERROR(config.Set(key, value, warnings));
   }
+  RUNNEL_RETURN_IF_ERROR(CheckQuorumConfig(config));
   return config;
 }
 
@@ -192,6 +195,7 @@ StatusOr<Config> Config::Load(const std::string& path, std::vector<std::string>*
 StatusOr<Config> Config::FromMap(const std::map<std::string, std::string>& overrides) {
   Config config;
   for (const auto& [k, v] : overrides) RUNNEL_RETURN_IF_ERROR(config.Set(k, v, nullptr));
+  RUNNEL_RETURN_IF_ERROR(CheckQuorumConfig(config));
   return config;
 }
 

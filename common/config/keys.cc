@@ -6,6 +6,7 @@
 
 #include "common/config/config.h"
 #include "common/config/listeners.h"
+#include "common/config/quorum_voters.h"
 
 namespace runnel::config {
 namespace {
@@ -33,6 +34,12 @@ std::string ValidateListeners(std::string_view v) {
 std::string ValidateRequiredListeners(std::string_view v) {
   if (SplitList(v).empty()) return "needs at least one listener";
   return ValidateListeners(v);
+}
+
+std::string ValidateVoters(std::string_view v) {
+  auto parsed = ParseQuorumVoters(v);
+  if (!parsed.ok()) return std::string(parsed.status().message());
+  return "";
 }
 
 std::string ValidateNonEmptyList(std::string_view v) {
@@ -160,6 +167,27 @@ std::vector<KeyDef> Declare() {
        "Directory of the cluster metadata log and its snapshots."},
       {"metadata.log.max.record.bytes.between.snapshots", KeyType::kLong, "20971520", 1, INT64_MAX,
        "Bytes of metadata records appended after which a new snapshot is written."},
+      {"controller.quorum.voters", KeyType::kString, "", 0, 0,
+       "The voters of the controller quorum (the Raft group of the metadata log), "
+       "id@host:port comma-separated; a controller serves the quorum and ControllerService "
+       "on the host:port of its own entry. Empty: this node is the only voter, with no TCP "
+       "listener.",
+       true, ValidateVoters},
+      {"controller.quorum.election.timeout.ms", KeyType::kInt, "1000", 10, INT32_MAX,
+       "A follower that hears nothing from a leader for this long (randomized up to twice "
+       "it) starts an election; a leader that hears from no majority for this long steps "
+       "down."},
+      {"controller.quorum.fetch.timeout.ms", KeyType::kInt, "2000", 10, INT32_MAX,
+       "A leader drops an observer (a non-voting follower of the log) it has not heard from "
+       "for this long."},
+      {"controller.quorum.request.timeout.ms", KeyType::kInt, "2000", 10, INT32_MAX,
+       "Deadline of one message batch sent to another controller of the quorum."},
+      {"broker.session.timeout.ms", KeyType::kInt, "9000", 10, INT32_MAX,
+       "The active controller fences a broker it has not heard a heartbeat from for this "
+       "long: its partitions get another leader from their ISR, or none. Must be more than "
+       "broker.heartbeat.interval.ms."},
+      {"broker.heartbeat.interval.ms", KeyType::kInt, "2000", 10, INT32_MAX,
+       "How often a broker sends a heartbeat to the active controller."},
       {"num.partitions", KeyType::kInt, "1", 1, INT32_MAX,
        "Default number of partitions of a topic created without a count."},
       {"default.replication.factor", KeyType::kInt, "1", 1, 32767,

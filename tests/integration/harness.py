@@ -85,12 +85,22 @@ class Node:
             self.wait_ready()
         return self
 
+    @property
+    def is_broker(self):
+        with open(self.config_path) as f:
+            for line in f:
+                if line.startswith("process.roles="):
+                    return "broker" in line.split("=", 1)[1]
+        return True  # the default roles are broker,controller
+
     def wait_ready(self, timeout=60):
         def ready():
             if self.proc.poll() is not None:
                 raise RuntimeError(f"runnel exited with {self.proc.returncode}:\n{self.log()}")
-            return self.kafka_ready() and all(
-                r["state"] == "serving" for r in self.status().values())
+            roles = self.status()
+            if not roles or any(r["state"] != "serving" for r in roles.values()):
+                return False
+            return not self.is_broker or self.kafka_ready()
         wait_until(ready, timeout, "node ready")
 
     def kafka_ready(self):

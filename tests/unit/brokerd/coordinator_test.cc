@@ -66,7 +66,8 @@ class ShardTest : public RealStorageTest {
     auto config = config::Config::FromMap(overrides);
     ASSERT_TRUE(config.ok()) << config.status();
     config_ = std::make_unique<config::Config>(std::move(*config));
-    controller_ = std::make_unique<ControllerClient>(loop_, root_ + "/no-controller.sock");
+    controller_ = std::make_unique<ControllerClient>(
+        loop_, std::vector<std::string>{"unix:" + root_ + "/no-controller.sock"});
     appends_ = std::make_unique<AppendBatcher>(loop_, *storage_);
     wiring_ = std::make_unique<Wiring>(loop_, *config_, metadata_, *controller_, *storage_,
                                        partitions_, *appends_);

@@ -86,6 +86,25 @@ TEST(MetadataCacheTest, SnapshotReplacesEverything) {
   EXPECT_EQ(cache.topics().size(), 1u);
 }
 
+// After a failover the watch may reconnect to a controller that has applied less: its image
+// is older than what the cache holds and must not replace it.
+TEST(MetadataCacheTest, AnOlderSnapshotIsSkippedAndItsDeltasCatchUp) {
+  MetadataCache cache;
+  MetadataUpdate current = Update(9, true);
+  AddTopic(current, "kept", 1, 1);
+  AddTopic(current, "later", 2, 1);
+  ASSERT_TRUE(cache.Apply(current));
+  MetadataUpdate older = Update(7, true);
+  AddTopic(older, "kept", 1, 1);
+  EXPECT_FALSE(cache.Apply(older));
+  EXPECT_NE(cache.FindTopic("later"), nullptr);
+  EXPECT_EQ(cache.offset(), 9);
+  EXPECT_FALSE(cache.Apply(Update(8, false)));  // the lagging controller's deltas: held
+  EXPECT_FALSE(cache.Apply(Update(9, false)));
+  EXPECT_TRUE(cache.Apply(Update(10, false)));
+  EXPECT_EQ(cache.offset(), 10);
+}
+
 TEST(MetadataCacheTest, WaitersRunAfterTheNextUpdate) {
   MetadataCache cache;
   int runs = 0;

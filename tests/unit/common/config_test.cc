@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "common/config/listeners.h"
+#include "common/config/quorum_voters.h"
 
 namespace runnel::config {
 namespace {
@@ -108,6 +109,101 @@ TEST(ListenersTest, Parses) {
   EXPECT_EQ((*any)[0].host, "");
   EXPECT_FALSE(ParseListeners("PLAINTEXT://a:1,PLAINTEXT://b:2").ok());
   EXPECT_FALSE(ParseListeners("nonsense").ok());
+}
+
+TEST(QuorumVotersTest, Parses) {
+  auto v = ParseQuorumVoters("1@10.0.0.1:9093, 2@ctl-2:9093,3@[::1]:19093");
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_EQ(v->size(), 3u);
+  EXPECT_EQ((*v)[0], (QuorumVoter{1, "10.0.0.1", 9093}));
+  EXPECT_EQ((*v)[1], (QuorumVoter{2, "ctl-2", 9093}));
+  EXPECT_EQ((*v)[2], (QuorumVoter{3, "::1", 19093}));
+  EXPECT_EQ((*v)[0].Address(), "10.0.0.1:9093");
+  EXPECT_EQ((*v)[2].Address(), "[::1]:19093");
+  auto none = ParseQuorumVoters("");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
+TEST(QuorumVotersTest, RejectsBadEntries) {
+  struct Case {
+    const char* value;
+    const char* why;
+  } cases[] = {
+      {"localhost:9093", "no '@'"},
+      {"x@localhost:9093", "id must be a whole number"},
+      {"-1@localhost:9093", "id must be a whole number"},
+      {"@localhost:9093", "id must be a whole number"},
+      {"1@localhost", "no port"},
+      {"1@:9093", "no host"},
+      {"1@localhost:0", "port must be in 1..65535"},
+      {"1@localhost:65536", "port must be in 1..65535"},
+      {"1@localhost:90a", "port must be in 1..65535"},
+      {"1@::1:9093", "IPv6 address must be in brackets"},
+      {"1@a:1,2@b:2,1@c:3", "voter id 1 is given more than once"},
+  };
+  for (const Case& c : cases) {
+    auto parsed = ParseQuorumVoters(c.value);
+    ASSERT_FALSE(parsed.ok()) << c.value;
+    EXPECT_NE(std::string(parsed.status().message()).find(c.why), std::string::npos)
+        << c.value << " -> " << parsed.status().message();
+    // The key's declaration runs the same check, naming the key.
+    auto config = Config::Parse(std::string("controller.quorum.voters=") + c.value, nullptr);
+    ASSERT_FALSE(config.ok()) << c.value;
+    EXPECT_NE(std::string(config.status().message()).find("controller.quorum.voters"),
+              std::string::npos);
+  }
+}
+
+TEST(QuorumVotersTest, AControllerMustBeAVoter) {
+  auto ok = Config::Parse("node.id=2\ncontroller.quorum.voters=1@a:9093,2@b:9093\n", nullptr);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->GetString("controller.quorum.voters"), "1@a:9093,2@b:9093");
+
+  auto bad = Config::Parse("node.id=5\ncontroller.quorum.voters=1@a:9093,2@b:9093\n", nullptr);
+  ASSERT_FALSE(bad.ok());
+  std::string message(bad.status().message());
+  EXPECT_NE(message.find("controller.quorum.voters"), std::string::npos) << message;
+  EXPECT_NE(message.find("node.id 5"), std::string::npos) << message;
+
+  // FromMap runs the same check.
+  EXPECT_FALSE(Config::FromMap({{"node.id", "5"}, {"controller.quorum.voters", "1@a:1"}}).ok());
+  // A broker-only node need not be a voter (it follows the quorum).
+  EXPECT_TRUE(Config::Parse("node.id=5\nprocess.roles=broker\n"
+                            "controller.quorum.voters=1@a:9093,2@b:9093\n",
+                            nullptr)
+                  .ok());
+}
+
+TEST(QuorumVotersTest, TimeoutDefaultsAreKafkas) {
+  auto c = Config::Parse("", nullptr);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->GetString("controller.quorum.voters"), "");
+  EXPECT_EQ(c->GetInt("controller.quorum.election.timeout.ms"), 1000);
+  EXPECT_EQ(c->GetInt("controller.quorum.fetch.timeout.ms"), 2000);
+  EXPECT_EQ(c->GetInt("controller.quorum.request.timeout.ms"), 2000);
+  EXPECT_FALSE(Config::Parse("controller.quorum.election.timeout.ms=0", nullptr).ok());
+}
+
+TEST(BrokerSessionTest, DefaultsAreKafkasAndTheSessionOutlastsTheInterval) {
+  auto c = Config::Parse("", nullptr);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->GetInt("broker.session.timeout.ms"), 9000);
+  EXPECT_EQ(c->GetInt("broker.heartbeat.interval.ms"), 2000);
+  EXPECT_TRUE(
+      Config::Parse("broker.session.timeout.ms=300\nbroker.heartbeat.interval.ms=100\n", nullptr)
+          .ok());
+  for (const char* text :
+       {"broker.session.timeout.ms=2000\n", "broker.heartbeat.interval.ms=9001\n"}) {
+    auto bad = Config::Parse(text, nullptr);
+    ASSERT_FALSE(bad.ok()) << text;
+    std::string message(bad.status().message());
+    EXPECT_NE(message.find("broker.session.timeout.ms"), std::string::npos) << message;
+    EXPECT_NE(message.find("broker.heartbeat.interval.ms"), std::string::npos) << message;
+  }
+  EXPECT_FALSE(Config::FromMap({{"broker.session.timeout.ms", "1000"},
+                                {"broker.heartbeat.interval.ms", "1000"}})
+                   .ok());
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 
 #include "common/grpc/unix_server.h"
 #include "common/protocol/error_code.h"
-#include "controllerd/local_metadata_log.h"
+#include "tests/unit/controllerd/controller_test_util.h"
 #include "tests/unit/controllerd/test_util.h"
 
 namespace runnel::controllerd {
@@ -22,11 +22,8 @@ class ControllerServiceTest : public ::testing::Test {
     ControllerOptions options;
     options.node_id = 5;
     options.seed = 7;
-    auto log = LocalMetadataLog::Open(PosixFileSystem(), dir_.path() + "/meta");
-    ASSERT_TRUE(log.ok()) << log.status();
-    auto c = Controller::Open(options, std::move(*log));
-    ASSERT_TRUE(c.ok()) << c.status();
-    controller_ = std::move(*c);
+    controller_ = testing::OpenSingleVoter(options, dir_.path() + "/meta");
+    ASSERT_NE(controller_, nullptr);
     service_ = std::make_unique<ControllerServiceImpl>(*controller_);
     socket_ = grpcutil::SocketPath(dir_.path(), "controllerd");
     auto server = grpcutil::StartUnixServer(socket_, {service_.get()});

@@ -1,10 +1,15 @@
 #include "controllerd/controller.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <thread>
 
 #include "common/config/topic_config.h"
 #include "common/protocol/error_code.h"
-#include "controllerd/local_metadata_log.h"
+#include "tests/unit/controllerd/controller_test_util.h"
 #include "tests/unit/controllerd/test_util.h"
 
 namespace runnel::controllerd {
@@ -18,6 +23,15 @@ constexpr int32_t kNone = 0;
 
 int32_t Code(ErrorCode c) { return static_cast<int32_t>(c); }
 
+// The image a restarted single voter has: the one it had when it stopped, plus the new
+// term's no-op (an empty entry) at the next offset.
+MetadataImage AfterRestart(const MetadataImage& before) {
+  MetadataImage image;
+  EXPECT_TRUE(image.Load(before.offset(), before.ToRecords()).ok());
+  EXPECT_TRUE(image.Apply(before.offset() + 1, {}).ok());
+  return image;
+}
+
 class ControllerTest : public ::testing::Test {
  protected:
   ControllerTest() {
@@ -28,12 +42,7 @@ class ControllerTest : public ::testing::Test {
   }
 
   std::unique_ptr<Controller> Open(FileSystem& fs = PosixFileSystem()) {
-    auto log = LocalMetadataLog::Open(fs, dir_.path());
-    EXPECT_TRUE(log.ok()) << log.status();
-    if (!log.ok()) return nullptr;
-    auto c = Controller::Open(options_, std::move(*log));
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? std::move(*c) : nullptr;
+    return testing::OpenSingleVoter(options_, dir_.path(), fs);
   }
 
   static void Register(Controller& c, int32_t id, const char* rack = nullptr) {
@@ -494,7 +503,7 @@ TEST_F(ControllerTest, RestartKeepsEverything) {
     before = c->Image();
   }
   auto c = Open();
-  EXPECT_TRUE(c->Image() == before);
+  EXPECT_TRUE(c->Image() == AfterRestart(before));
   EXPECT_NE(c->Image().TopicByName("keep"), nullptr);
   EXPECT_EQ(c->Image().TopicByName("gone"), nullptr);
   EXPECT_EQ(Create(*c, Topic("keep", 1, 1)).error_code(), Code(ErrorCode::kTopicAlreadyExists));
@@ -506,13 +515,7 @@ TEST_F(ControllerTest, SnapshotsAndReplayGiveTheSameImage) {
   auto run = [&](int64_t snapshot_bytes, TempDir& dir) {
     ControllerOptions o = options_;
     o.snapshot_interval_bytes = snapshot_bytes;
-    auto open = [&] {
-      auto log = LocalMetadataLog::Open(PosixFileSystem(), dir.path());
-      EXPECT_TRUE(log.ok());
-      auto c = Controller::Open(o, std::move(*log));
-      EXPECT_TRUE(c.ok()) << c.status();
-      return std::move(*c);
-    };
+    auto open = [&] { return testing::OpenSingleVoter(o, dir.path()); };
     MetadataImage live;
     {
       auto c = open();
@@ -530,7 +533,7 @@ TEST_F(ControllerTest, SnapshotsAndReplayGiveTheSameImage) {
       live = c->Image();
     }
     auto c = open();
-    EXPECT_TRUE(c->Image() == live);
+    EXPECT_TRUE(c->Image() == AfterRestart(live));
     return live;
   };
   TempDir with_snapshots, without;
@@ -1044,7 +1047,7 @@ TEST_F(ControllerTest, AlterConfigsOfBrokers) {
   MetadataImage live = c->Image();
   c.reset();
   c = Open();
-  EXPECT_TRUE(c->Image() == live);
+  EXPECT_TRUE(c->Image() == AfterRestart(live));
   MetadataImage loaded;
   ASSERT_TRUE(loaded.Load(live.offset(), live.ToRecords()).ok());
   EXPECT_EQ(loaded.broker_configs(), live.broker_configs());
@@ -1085,6 +1088,221 @@ TEST_F(ControllerTest, WatcherSeesConfigChanges) {
   EXPECT_EQ(rec.resource_name(), "");
   EXPECT_EQ(rec.name(), "log.retention.ms");
   EXPECT_EQ(rec.value(), "7");
+}
+
+// ---- Broker sessions: heartbeats, fencing, leader moves ---------------------------------
+
+class SessionTest : public ControllerTest {
+ protected:
+  SessionTest() {
+    options_.session_timeout_ms = 300;
+    options_.session_check_interval_ms = 20;
+  }
+
+  static int64_t RegisterEpoch(Controller& c, int32_t id) {
+    controller::RegisterBrokerRequest req;
+    req.set_broker_id(id);
+    auto* e = req.add_endpoints();
+    e->set_name("PLAINTEXT");
+    e->set_host("127.0.0.1");
+    e->set_port(9092 + id);
+    auto resp = c.RegisterBroker(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    if (!resp.ok()) return -1;
+    EXPECT_EQ(resp->error_code(), kNone) << resp->error_message();
+    return resp->broker_epoch();
+  }
+
+  static controller::BrokerHeartbeatResponse Heartbeat(Controller& c, int32_t id, int64_t epoch) {
+    controller::BrokerHeartbeatRequest req;
+    req.set_broker_id(id);
+    req.set_broker_epoch(epoch);
+    auto resp = c.BrokerHeartbeat(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? *resp : controller::BrokerHeartbeatResponse();
+  }
+
+  // Creates topic `name` with the given replicas per partition; returns its id.
+  static std::string CreatePlaced(Controller& c, const std::string& name,
+                                  const std::vector<std::vector<int32_t>>& placement) {
+    controller::CreatableTopic t = Topic(name);
+    for (size_t p = 0; p < placement.size(); ++p) {
+      auto* a = t.add_assignments();
+      a->set_partition_index(static_cast<int32_t>(p));
+      for (int32_t b : placement[p]) a->add_broker_ids(b);
+    }
+    auto r = Create(c, t);
+    EXPECT_EQ(r.error_code(), kNone) << r.error_message();
+    return r.topic_id();
+  }
+
+  static bool Fenced(Controller& c, int32_t id) { return c.Image().brokers().at(id).fenced(); }
+
+  static metadata::PartitionRecord Partition(Controller& c, const std::string& topic, int32_t p) {
+    return c.Image().TopicByName(topic)->partitions.at(p);
+  }
+
+  // Polls `done` (every 10 ms, `polls` times) while heartbeating `beating` brokers {id, epoch}.
+  static bool WaitWhileBeating(Controller& c, const std::map<int32_t, int64_t>& beating,
+                               const std::function<bool()>& done, int polls = 500) {
+    for (int i = 0; i < polls; ++i) {
+      for (const auto& [id, epoch] : beating) {
+        if (Heartbeat(c, id, epoch).error_code() != kNone) return false;
+      }
+      if (done()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
+  static std::vector<int32_t> Isr(const metadata::PartitionRecord& p) {
+    return {p.isr().begin(), p.isr().end()};
+  }
+};
+
+TEST_F(SessionTest, HeartbeatsKeepABrokerUnfenced) {
+  auto c = Open();
+  const int64_t epoch = RegisterEpoch(*c, 1);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);
+  while (std::chrono::steady_clock::now() < until) {
+    auto r = Heartbeat(*c, 1, epoch);
+    EXPECT_EQ(r.error_code(), kNone) << r.error_message();
+    EXPECT_FALSE(r.is_fenced());
+    EXPECT_EQ(r.metadata_offset(), -1) << "a heartbeat of an unfenced broker writes nothing";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_FALSE(Fenced(*c, 1)) << "fenced despite heartbeats 6 times per session";
+}
+
+TEST_F(SessionTest, HeartbeatErrors) {
+  auto c = Open();
+  const int64_t epoch = RegisterEpoch(*c, 1);
+  auto unknown = Heartbeat(*c, 2, epoch);
+  EXPECT_EQ(unknown.error_code(), Code(ErrorCode::kBrokerIdNotRegistered));
+  EXPECT_TRUE(unknown.is_fenced());
+  auto stale = Heartbeat(*c, 1, epoch - 1);
+  EXPECT_EQ(stale.error_code(), Code(ErrorCode::kStaleBrokerEpoch));
+  EXPECT_EQ(stale.error_message(),
+            fmt::format("Expected broker epoch {} of broker 1, but got {}.", epoch, epoch - 1));
+  // A re-registration makes the old epoch stale.
+  const int64_t again = RegisterEpoch(*c, 1);
+  EXPECT_GT(again, epoch);
+  EXPECT_EQ(Heartbeat(*c, 1, epoch).error_code(), Code(ErrorCode::kStaleBrokerEpoch));
+  EXPECT_EQ(Heartbeat(*c, 1, again).error_code(), kNone);
+}
+
+TEST_F(SessionTest, SilentBrokerIsFencedAndItsPartitionsMoveToTheOtherIsrMember) {
+  auto c = Open();
+  const int64_t e1 = RegisterEpoch(*c, 1);
+  const int64_t e2 = RegisterEpoch(*c, 2);
+  // p0 led by 1 (follower 2), p1 led by 2 (follower 1).
+  CreatePlaced(*c, "t", {{1, 2}, {2, 1}});
+  ASSERT_EQ(Partition(*c, "t", 0).leader(), 1);
+
+  // Only broker 2 heartbeats.
+  ASSERT_TRUE(WaitWhileBeating(*c, {{2, e2}}, [&] { return Fenced(*c, 1); }))
+      << "broker 1 was not fenced";
+  EXPECT_FALSE(Fenced(*c, 2));
+  EXPECT_EQ(c->Image().brokers().at(1).broker_epoch(), e1) << "fencing keeps the epoch";
+  metadata::PartitionRecord p0 = Partition(*c, "t", 0);
+  EXPECT_EQ(p0.leader(), 2);
+  EXPECT_EQ(Isr(p0), std::vector<int32_t>({2}));
+  EXPECT_EQ((std::vector<int32_t>{p0.replicas().begin(), p0.replicas().end()}),
+            std::vector<int32_t>({1, 2}));
+  EXPECT_EQ(p0.leader_epoch(), 1);
+  EXPECT_EQ(p0.partition_epoch(), 1);
+  // A partition the fenced broker only follows is not changed.
+  metadata::PartitionRecord p1 = Partition(*c, "t", 1);
+  EXPECT_EQ(p1.leader(), 2);
+  EXPECT_EQ(Isr(p1), std::vector<int32_t>({2, 1}));
+  EXPECT_EQ(p1.leader_epoch(), 0);
+
+  // New replicas avoid the fenced broker.
+  auto r = Create(*c, Topic("u", 4, 2));
+  EXPECT_EQ(r.error_code(), Code(ErrorCode::kInvalidReplicationFactor)) << r.error_message();
+
+  // Broker 1 comes back: unfenced by its heartbeat; p0 stays with 2 (1 left its ISR).
+  auto back = Heartbeat(*c, 1, e1);
+  EXPECT_EQ(back.error_code(), kNone);
+  EXPECT_FALSE(back.is_fenced());
+  EXPECT_GE(back.metadata_offset(), 0);
+  EXPECT_FALSE(Fenced(*c, 1));
+  EXPECT_EQ(Partition(*c, "t", 0).leader(), 2);
+  EXPECT_EQ(Partition(*c, "t", 0).leader_epoch(), 1);
+  EXPECT_EQ(Heartbeat(*c, 1, e1).metadata_offset(), -1) << "unfenced once";
+}
+
+TEST_F(SessionTest, SoleReplicaPartitionGoesLeaderlessAndComesBackWithItsBroker) {
+  auto c = Open();
+  const int64_t e1 = RegisterEpoch(*c, 1);
+  const int64_t e2 = RegisterEpoch(*c, 2);
+  CreatePlaced(*c, "solo", {{1}, {2}});
+  ASSERT_TRUE(WaitWhileBeating(*c, {{2, e2}}, [&] { return Fenced(*c, 1); }));
+  metadata::PartitionRecord p0 = Partition(*c, "solo", 0);
+  EXPECT_EQ(p0.leader(), -1);
+  EXPECT_EQ(Isr(p0), std::vector<int32_t>({1})) << "the last ISR member stays";
+  EXPECT_EQ(p0.leader_epoch(), 1);
+  EXPECT_EQ(p0.partition_epoch(), 1);
+  EXPECT_EQ(Partition(*c, "solo", 1).leader(), 2);
+
+  auto back = Heartbeat(*c, 1, e1);
+  EXPECT_EQ(back.error_code(), kNone);
+  EXPECT_FALSE(back.is_fenced());
+  p0 = Partition(*c, "solo", 0);
+  EXPECT_EQ(p0.leader(), 1);
+  EXPECT_EQ(p0.leader_epoch(), 2);
+  EXPECT_EQ(p0.partition_epoch(), 2);
+  EXPECT_EQ(Isr(p0), std::vector<int32_t>({1}));
+}
+
+TEST_F(SessionTest, ReRegistrationUnfencesAndLeadsAgain) {
+  auto c = Open();
+  RegisterEpoch(*c, 1);
+  CreatePlaced(*c, "solo", {{1}});
+  ASSERT_TRUE(WaitWhileBeating(*c, {}, [&] { return Fenced(*c, 1); }));
+  ASSERT_EQ(Partition(*c, "solo", 0).leader(), -1);
+  const int64_t again = RegisterEpoch(*c, 1);
+  EXPECT_FALSE(Fenced(*c, 1));
+  EXPECT_EQ(Partition(*c, "solo", 0).leader(), 1);
+  EXPECT_EQ(Partition(*c, "solo", 0).leader_epoch(), 2);
+  // And the new session is kept by heartbeats with the new epoch.
+  EXPECT_FALSE(WaitWhileBeating(
+      *c, {{1, again}}, [&] { return Fenced(*c, 1); }, /*polls=*/100));
+}
+
+TEST_F(SessionTest, TwoBrokersFencedLeaveTheLastIsrMemberWithoutALeader) {
+  auto c = Open();
+  RegisterEpoch(*c, 1);
+  RegisterEpoch(*c, 2);
+  const int64_t e3 = RegisterEpoch(*c, 3);
+  CreatePlaced(*c, "t", {{1, 2}});
+  ASSERT_TRUE(WaitWhileBeating(*c, {{3, e3}}, [&] { return Fenced(*c, 1) && Fenced(*c, 2); }));
+  // Whichever was fenced first, the partition ends leaderless with one ISR member left (the
+  // one that led last), never with a fenced leader.
+  metadata::PartitionRecord p = Partition(*c, "t", 0);
+  EXPECT_EQ(p.leader(), -1);
+  ASSERT_EQ(p.isr_size(), 1);
+  EXPECT_FALSE(Fenced(*c, 3));
+}
+
+TEST_F(SessionTest, RestartedLeaderGivesEveryBrokerAFullSession) {
+  int64_t epoch = -1;
+  {
+    auto c = Open();
+    epoch = RegisterEpoch(*c, 1);
+  }
+  // Down for longer than a session: without grace the broker would be fenced at once.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2 * options_.session_timeout_ms));
+  auto c = Open();
+  const auto ready = std::chrono::steady_clock::now();
+  ASSERT_FALSE(Fenced(*c, 1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(options_.session_timeout_ms / 2));
+  EXPECT_FALSE(Fenced(*c, 1)) << "fenced before a session passed since the leader started";
+  ASSERT_TRUE(WaitWhileBeating(*c, {}, [&] { return Fenced(*c, 1); }));
+  EXPECT_GE(std::chrono::steady_clock::now() - ready,
+            std::chrono::milliseconds(options_.session_timeout_ms));
+  EXPECT_EQ(Heartbeat(*c, 1, epoch).error_code(), kNone);
+  EXPECT_FALSE(Fenced(*c, 1));
 }
 
 }  // namespace

@@ -1,7 +1,11 @@
 // runnel-controllerd as a process: starts, serves, stops on SIGTERM, keeps its metadata.
+#include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -128,6 +132,103 @@ TEST(DaemonTest, ServesStopsOnSigtermAndKeepsMetadata) {
     ASSERT_TRUE(stub->CreateTopics(&c2, req, &resp).ok());
     EXPECT_EQ(resp.topics(0).error_code(), 36) << "TOPIC_ALREADY_EXISTS after a restart";
     EXPECT_EQ(d.Stop(), 0);
+  }
+}
+
+// A port nobody listens on right now (the kernel's pick for an ephemeral bind).
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+int32_t LeaderSeenBy(const std::string& socket) {
+  auto stub = controller::ControllerService::NewStub(grpcutil::UnixChannel(socket));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  controller::DescribeClusterResponse desc;
+  if (!stub->DescribeCluster(&ctx, {}, &desc).ok()) return -2;
+  return desc.controller_id();
+}
+
+TEST(DaemonTest, ThreeControllersFormAQuorumAndHandOverOnSigterm) {
+  TempDir dir;
+  std::string voters;
+  for (int id = 1; id <= 3; ++id) {
+    voters += fmt::format("{}{}@127.0.0.1:{}", id == 1 ? "" : ",", id, FreePort());
+  }
+  std::vector<std::string> sockets;
+  std::vector<std::unique_ptr<Daemon>> daemons;
+  for (int id = 1; id <= 3; ++id) {
+    std::string base = fmt::format("{}/n{}", dir.path(), id);
+    std::string config = base + ".properties";
+    WriteAll(config,
+             fmt::format("node.id={}\nprocess.roles=controller\ncontroller.quorum.voters={}\n"
+                         "controller.quorum.election.timeout.ms=500\n"
+                         "metadata.log.dir={}/meta\nrunnel.run.dir={}/run\n"
+                         "runnel.log.level=warn\n",
+                         id, voters, base, base));
+    sockets.push_back(grpcutil::SocketPath(base + "/run", "controllerd"));
+    daemons.push_back(std::make_unique<Daemon>(config));
+  }
+  for (const std::string& s : sockets) ASSERT_TRUE(WaitServing(s)) << s;
+
+  // Every node names the same leader; a write on any node's socket is done by it.
+  int32_t leader = -1;
+  for (int i = 0; i < 100; ++i) {
+    leader = LeaderSeenBy(sockets[0]);
+    if (leader > 0 && LeaderSeenBy(sockets[1]) == leader && LeaderSeenBy(sockets[2]) == leader) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GE(leader, 1);
+  ASSERT_LE(leader, 3);
+  const int32_t other = leader == 1 ? 2 : 1;
+  auto create = [&](const std::string& socket, const std::string& name) {
+    auto stub = controller::ControllerService::NewStub(grpcutil::UnixChannel(socket));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    controller::CreateTopicsRequest req;
+    auto* t = req.add_topics();
+    t->set_name(name);
+    t->set_num_partitions(1);
+    t->set_replication_factor(1);
+    controller::CreateTopicsResponse resp;
+    grpc::Status st = stub->CreateTopics(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    // No broker is registered: the leader's answer is a Kafka error, not a transport one.
+    EXPECT_EQ(resp.topics_size(), 1);
+    if (resp.topics_size() == 1) {
+      EXPECT_EQ(resp.topics(0).error_code(), 38) << "INVALID_REPLICATION_FACTOR";
+    }
+  };
+  create(sockets[other - 1], "via-follower");
+
+  // SIGTERM to the leader: it hands the leadership over and exits 0; the others go on.
+  EXPECT_EQ(daemons[leader - 1]->Stop(), 0);
+  int32_t next = -1;
+  for (int i = 0; i < 100; ++i) {
+    next = LeaderSeenBy(sockets[other - 1]);
+    if (next > 0 && next != leader) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GT(next, 0);
+  EXPECT_NE(next, leader);
+  create(sockets[other - 1], "after-handover");
+  for (int id = 1; id <= 3; ++id) {
+    if (id != leader) {
+      EXPECT_EQ(daemons[id - 1]->Stop(), 0) << id;
+    }
   }
 }
 

@@ -1,0 +1,235 @@
+"""A three-controller quorum as real processes on 127.0.0.1 (issue 6).
+
+Node 1 runs broker and controller; nodes 2 and 3 run only the controller. Topics are
+created through node 1's brokerd with librdkafka's admin client; the active controller is
+read with DescribeQuorum (Kafka API 55) from the broker, which asks the quorum's leader.
+"""
+import time
+import unittest
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from harness import Node, free_port, wait_until
+from kafka_wire import ApiWriter, Connection
+
+ELECTION_TIMEOUT_MS = 1000
+DESCRIBE_QUORUM = 55
+
+
+def describe_quorum(bootstrap):
+    """(error, leader id, leader epoch, high watermark, voters, observers) from DescribeQuorum
+    v1; voters and observers are {replica id: log end offset}."""
+    conn = Connection(bootstrap, timeout=10)
+    try:
+        w = ApiWriter(flexible=True)
+        w.array([("__cluster_metadata", [0])],
+                lambda w, t: (w.string(t[0]),
+                              w.array(t[1], lambda w, p: (w.i32(p), w.tags())), w.tags()))
+        w.tags()
+        r = conn.call(DESCRIBE_QUORUM, 1, w)
+        top_error = r.i16()
+
+        def replica(r):
+            rid, end = r.i32(), r.i64()
+            r.i64()  # last fetch timestamp
+            r.i64()  # last caught-up timestamp
+            r.tags()
+            return rid, end
+
+        result = None
+
+        def partition(r):
+            nonlocal result
+            r.i32()  # partition index
+            error, leader, epoch, hw = r.i16(), r.i32(), r.i32(), r.i64()
+            voters = dict(r.array(replica))
+            observers = dict(r.array(replica))
+            r.tags()
+            result = (error or top_error, leader, epoch, hw, voters, observers)
+
+        r.array(lambda r: (r.string(), r.array(partition), r.tags()))
+        r.tags()
+        if result is None:
+            return (top_error, -1, -1, -1, {}, {})
+        return result
+    finally:
+        conn.sock.close()
+
+
+class QuorumTest(unittest.TestCase):
+    def setUp(self):
+        ports = [free_port() for _ in range(3)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
+        common = {
+            "controller.quorum.voters": voters,
+            "controller.quorum.election.timeout.ms": str(ELECTION_TIMEOUT_MS),
+        }
+        self.nodes = [Node(common, node_id=1)]
+        for node_id in (2, 3):
+            self.nodes.append(Node({**common, "process.roles": "controller"}, node_id=node_id))
+        try:
+            for n in self.nodes:
+                n.start(wait=False)
+            for n in self.nodes:
+                n.wait_ready(timeout=60)
+        except Exception:
+            self.tearDown()
+            raise
+        self.broker = self.nodes[0]
+
+    def tearDown(self):
+        errors = []
+        for n in self.nodes:
+            try:
+                n.cleanup()
+            except Exception as e:  # report every node's sanitizer findings
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def admin(self):
+        return AdminClient({"bootstrap.servers": self.broker.bootstrap})
+
+    def create_topic(self, name, partitions=1, timeout=10):
+        """None when created, else the error."""
+        admin = self.admin()  # kept alive until the answer: a destroyed client fails its futures
+        futures = admin.create_topics(
+            [NewTopic(name, partitions, 1)], operation_timeout=timeout, request_timeout=timeout)
+        try:
+            futures[name].result(timeout=timeout + 5)
+            return None
+        except Exception as e:  # a KafkaException carrying the broker's error
+            return e
+
+    def topics(self):
+        return set(self.admin().list_topics(timeout=10).topics)
+
+    def leader(self):
+        """(leader id, epoch) once the quorum has a leader."""
+        found = {}
+
+        def known():
+            error, leader, epoch, _hw, voters, _obs = describe_quorum(self.broker.bootstrap)
+            if error == 0 and leader > 0:
+                found["v"] = (leader, epoch)
+                self.assertEqual(set(voters), {1, 2, 3})
+                return True
+            return False
+
+        wait_until(known, 30, "a quorum leader")
+        return found["v"]
+
+    def produce_and_consume(self, topic, value):
+        p = Producer({"bootstrap.servers": self.broker.bootstrap, "acks": "all"})
+        p.produce(topic, value=value)
+        self.assertEqual(p.flush(15), 0)
+        c = Consumer({"bootstrap.servers": self.broker.bootstrap, "group.id": f"g-{topic}",
+                      "auto.offset.reset": "earliest"})
+        try:
+            c.subscribe([topic])
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                m = c.poll(1.0)
+                if m is not None and not m.error():
+                    self.assertEqual(m.value(), value)
+                    return
+            self.fail(f"nothing consumed from {topic}")
+        finally:
+            c.close()
+
+    def test_describe_quorum_names_the_leader_and_every_voter(self):
+        leader, epoch = self.leader()
+        self.assertIn(leader, (1, 2, 3))
+        self.assertGreaterEqual(epoch, 1)
+        self.assertIsNone(self.create_topic("described"))
+        error, leader2, _epoch, hw, voters, _obs = describe_quorum(self.broker.bootstrap)
+        self.assertEqual(error, 0)
+        self.assertEqual(leader2, leader)
+        self.assertGreater(hw, 0)
+        # The leader's own log end is at least the high watermark.
+        self.assertGreaterEqual(voters[leader], hw)
+
+    def test_kill_9_of_the_leader_elects_another_and_topics_can_be_created_again(self):
+        self.assertIsNone(self.create_topic("before"))
+        leader, epoch = self.leader()
+        victim = self.nodes[leader - 1]
+        killed_at = time.monotonic()
+        old_pid = victim.kill_role("controllerd")
+        # Topic creation through brokerd works again within the election timeout + 2 s.
+        created = {}
+
+        def can_create():
+            attempt = len(created)
+            created[attempt] = self.create_topic(f"after-{attempt}", timeout=2)
+            return created[attempt] is None
+
+        bound = ELECTION_TIMEOUT_MS / 1000 + 2
+        wait_until(can_create, bound + 10, "a topic created after the leader was killed",
+                   interval=0)
+        elapsed = time.monotonic() - killed_at
+        print(f"topic creation worked again {elapsed:.2f}s after kill -9 of leader {leader}")
+        self.assertLessEqual(elapsed, bound, f"topic creation came back after {elapsed:.2f}s")
+        new_leader, new_epoch = self.leader()
+        self.assertGreater(new_epoch, epoch)
+        victim.wait_role_restarted("controllerd", old_pid)
+        self.assertTrue({"before", f"after-{len(created) - 1}"} <= self.topics())
+        self.produce_and_consume(f"after-{len(created) - 1}", b"after the failover")
+
+    def test_brokerd_uses_another_controller_while_its_own_is_down(self):
+        self.assertIsNone(self.create_topic("first"))
+        killed_at = time.monotonic()
+        old_pid = self.broker.kill_role("controllerd")
+        attempts = []
+
+        def can_create():
+            attempts.append(self.create_topic(f"meanwhile-{len(attempts)}", timeout=2))
+            return attempts[-1] is None
+
+        wait_until(can_create, 15, "a topic created while the broker's controller restarts",
+                   interval=0)
+        self.assertLessEqual(time.monotonic() - killed_at, ELECTION_TIMEOUT_MS / 1000 + 2)
+        self.broker.wait_role_restarted("controllerd", old_pid)
+        self.produce_and_consume(f"meanwhile-{len(attempts) - 1}", b"served meanwhile")
+        self.assertIn("first", self.topics())
+
+    def test_restarting_all_three_keeps_the_metadata(self):
+        for i in range(5):
+            self.assertIsNone(self.create_topic(f"kept-{i}", partitions=i + 1))
+        before = self.admin().list_topics(timeout=10).topics
+        for n in self.nodes:
+            n.proc.send_signal(15)
+        for n in self.nodes:
+            self.assertEqual(n.stop(), 0, n.log())
+        for n in self.nodes:
+            n.start(wait=False)
+        for n in self.nodes:
+            n.wait_ready(timeout=60)
+        after = self.admin().list_topics(timeout=10).topics
+        for i in range(5):
+            name = f"kept-{i}"
+            self.assertIn(name, after)
+            self.assertEqual(len(after[name].partitions), len(before[name].partitions))
+        self.produce_and_consume("kept-4", b"after a full restart")
+
+    def test_writes_need_a_majority(self):
+        leader, _ = self.leader()
+        # Stop the controller-only nodes: first one (a majority is left), then the other.
+        others = [n for n in self.nodes[1:]]
+        self.assertEqual(others[0].stop(), 0)
+        wait_until(lambda: self.create_topic("two-of-three", timeout=2) is None, 20,
+                   "a topic created with two of three controllers")
+        self.assertEqual(others[1].stop(), 0)
+        started = time.monotonic()
+        error = self.create_topic("one-of-three", timeout=3)
+        self.assertIsNotNone(error, "a topic was created without a majority")
+        self.assertLess(time.monotonic() - started, 20)
+        others[1].start()
+        wait_until(lambda: self.create_topic("majority-again", timeout=2) is None, 30,
+                   "a topic created once a majority is back")
+        # "one-of-three" may or may not exist now: as in Kafka, a request that timed out can
+        # still take effect once its log entry commits.
+
+
+if __name__ == "__main__":
+    unittest.main()
