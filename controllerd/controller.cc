@@ -160,6 +160,20 @@ Status Controller::BeginWrite(Deadline deadline) {
     RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
   }
   RUNNEL_RETURN_IF_ERROR(quorum_->WaitLeaderReady(deadline));
+  // A change is validated against the image, so every entry this leader proposed before must
+  // be applied first: a write that timed out waiting for a majority is still in the log and
+  // commits later, and validating a retry without it would write the same change twice (a
+  // topic created twice under one name, which no image can apply).
+  if (!quorum_->WaitFor(
+          [](const QuorumState& s) {
+            return s.applied_offset >= s.end_offset - 1 || s.role != raft::Role::kLeader;
+          },
+          deadline)) {
+    return absl::UnavailableError(
+        "an earlier metadata change is not committed yet (no majority of the controllers "
+        "has it); try again");
+  }
+  RUNNEL_RETURN_IF_ERROR(quorum_->WaitLeaderReady(deadline));
   // A new cluster's first leader commits the cluster id right after its no-op.
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {

@@ -305,6 +305,48 @@ TEST(QuorumTest, ElectsForwardsFailsOverAndCatchesUp) {
   cluster.ExpectSameImages(final_leader);
 }
 
+// A write that reached no majority stays in the leader's log and may commit later, so a retry
+// must not be validated without it: the same topic would be written twice under one name,
+// which no controller could apply.
+TEST(QuorumTest, ARetryNeverWritesAChangeTwice) {
+  Cluster cluster;
+  for (int32_t id : cluster.ids()) cluster.Start(id);
+  const raft::NodeId leader = cluster.WaitForLeader();
+  ASSERT_NE(leader, raft::kNoNode) << "no leader elected";
+  ASSERT_TRUE(cluster.controller(leader).WaitForClusterId(In(seconds(20))).ok());
+  RegisterBroker(*cluster.Stub(leader), 1);
+  for (int32_t id : cluster.ids()) {
+    if (id != leader) cluster.Crash(id);
+  }
+  controller::CreateTopicsRequest req;
+  req.add_topics()->set_name("twice");
+  req.mutable_topics(0)->set_num_partitions(1);
+  req.mutable_topics(0)->set_replication_factor(1);
+  // Both well within one election timeout, so the leader still leads for the retry.
+  auto first = cluster.controller(leader).CreateTopics(req, In(milliseconds(100)));
+  EXPECT_FALSE(first.ok()) << "committed without a majority";
+  auto retry = cluster.controller(leader).CreateTopics(req, In(milliseconds(100)));
+  EXPECT_FALSE(retry.ok()) << "committed without a majority";
+  for (int32_t id : cluster.ids()) {
+    if (id != leader) cluster.Start(id);
+  }
+  const raft::NodeId next = cluster.WaitForLeader();
+  ASSERT_NE(next, raft::kNoNode) << "no leader after the followers came back";
+  // The first attempt may have committed or been cut by a new leader; one more try creates the
+  // topic or finds it, and every controller ends with the same image.
+  controller::CreateTopicsResponse again;
+  ASSERT_TRUE(cluster.Stub(next)->CreateTopics(Ctx().get(), req, &again).ok());
+  ASSERT_EQ(again.topics_size(), 1);
+  EXPECT_TRUE(again.topics(0).error_code() == 0 ||
+              again.topics(0).error_code() ==
+                  static_cast<int32_t>(protocol::ErrorCode::kTopicAlreadyExists))
+      << again.topics(0).error_message();
+  cluster.ExpectSameImages(next);
+  for (int32_t id : cluster.ids()) {
+    EXPECT_NE(cluster.controller(id).Image().TopicByName("twice"), nullptr) << id;
+  }
+}
+
 TEST(QuorumTest, RestartedNodeCatchesUpFromASnapshot) {
   // A snapshot after every entry, so the leader's log soon starts past a stopped follower's end.
   Cluster cluster(/*snapshot_interval_bytes=*/1);
