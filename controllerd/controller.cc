@@ -14,6 +14,7 @@
 #include "common/log/log.h"
 #include "common/protocol/error_code.h"
 #include "common/util/topic_name.h"
+#include "controllerd/placement.h"
 
 namespace runnel::controllerd {
 
@@ -421,7 +422,21 @@ std::vector<std::vector<int32_t>> Controller::PlaceReplicasLocked(
         rf, rf, unfenced.size());
     return {};
   }
-  // Round-robin from a random start (rack awareness comes later).
+  // With racks (broker.rack on any broker), Kafka's rack-aware placement: replicas of a
+  // partition on as many racks as there are.
+  std::vector<PlacementBroker> with_racks;
+  bool any_rack = false;
+  for (int32_t id : unfenced) {
+    const auto& reg = image_.brokers().at(id);
+    with_racks.push_back(PlacementBroker{id, reg.has_rack() ? reg.rack() : std::string()});
+    any_rack |= reg.has_rack() && !reg.rack().empty();
+  }
+  if (any_rack) {
+    const uint64_t start = rng_();
+    const uint64_t shift = rng_();
+    return PlaceRackAware(partitions, rf, std::move(with_racks), start, shift);
+  }
+  // Without racks: round-robin from a random start.
   std::vector<std::vector<int32_t>> placement;
   size_t start = static_cast<size_t>(rng_() % unfenced.size());
   for (int32_t p = 0; p < partitions; ++p) {

@@ -158,6 +158,25 @@ TEST_F(ControllerTest, CreateTopicPlacesReplicasAndReturnsConfigs) {
   EXPECT_EQ(leaders, (std::map<int32_t, int>{{1, 2}, {2, 2}, {3, 2}}));
 }
 
+TEST_F(ControllerTest, BrokersWithRacksGetEachPartitionOnEveryRack) {
+  auto c = Open();
+  const std::map<int32_t, std::string> racks = {{1, "a"}, {2, "a"}, {3, "b"}, {4, "b"}};
+  for (const auto& [id, rack] : racks) Register(*c, id, rack.c_str());
+  auto r = Create(*c, Topic("racked", 8, 2));
+  ASSERT_EQ(r.error_code(), kNone) << r.error_message();
+  MetadataImage image = c->Image();
+  const auto* topic = image.TopicByName("racked");
+  ASSERT_NE(topic, nullptr);
+  ASSERT_EQ(topic->partitions.size(), 8u);
+  std::map<int32_t, int> leaders;
+  for (const auto& [p, part] : topic->partitions) {
+    ASSERT_EQ(part.replicas_size(), 2);
+    EXPECT_NE(racks.at(part.replicas(0)), racks.at(part.replicas(1))) << "partition " << p;
+    ++leaders[part.leader()];
+  }
+  EXPECT_EQ(leaders, (std::map<int32_t, int>{{1, 2}, {2, 2}, {3, 2}, {4, 2}}));
+}
+
 TEST_F(ControllerTest, DefaultsAreUsedForMinusOne) {
   auto c = Open();
   for (int id : {1, 2}) Register(*c, id);
