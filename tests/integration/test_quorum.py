@@ -17,13 +17,13 @@ ELECTION_TIMEOUT_MS = 1000
 DESCRIBE_QUORUM = 55
 
 
-def describe_quorum(bootstrap):
+def describe_quorum(bootstrap, topic="__cluster_metadata", partition=0):
     """(error, leader id, leader epoch, high watermark, voters, observers) from DescribeQuorum
-    v1; voters and observers are {replica id: log end offset}."""
+    v1 for one partition; voters and observers are {replica id: log end offset}."""
     conn = Connection(bootstrap, timeout=10)
     try:
         w = ApiWriter(flexible=True)
-        w.array([("__cluster_metadata", [0])],
+        w.array([(topic, [partition])],
                 lambda w, t: (w.string(t[0]),
                               w.array(t[1], lambda w, p: (w.i32(p), w.tags())), w.tags()))
         w.tags()
@@ -55,6 +55,34 @@ def describe_quorum(bootstrap):
         return result
     finally:
         conn.sock.close()
+
+
+class SingleVoterTest(unittest.TestCase):
+    """Without controller.quorum.voters the node is its own quorum of one."""
+
+    def setUp(self):
+        self.node = Node().start()
+
+    def tearDown(self):
+        self.node.cleanup()
+
+    def test_describe_quorum_of_a_single_node(self):
+        error, leader, epoch, hw, voters, observers = describe_quorum(self.node.bootstrap)
+        self.assertEqual(error, 0)
+        self.assertEqual(leader, 1)
+        self.assertGreaterEqual(epoch, 1)
+        self.assertGreater(hw, 0)
+        self.assertEqual(set(voters), {1})
+        self.assertEqual(observers, {})
+
+    def test_describe_quorum_of_another_partition_is_unknown(self):
+        # Kafka answers a partition other than __cluster_metadata-0 per partition.
+        for topic, partition in (("orders", 0), ("__cluster_metadata", 1)):
+            error, leader, _epoch, _hw, voters, _obs = describe_quorum(
+                self.node.bootstrap, topic, partition)
+            self.assertEqual(error, 3, (topic, partition))  # UNKNOWN_TOPIC_OR_PARTITION
+            self.assertEqual(leader, -1)
+            self.assertEqual(voters, {})
 
 
 class QuorumTest(unittest.TestCase):
