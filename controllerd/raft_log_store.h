@@ -1,7 +1,7 @@
 // The controller's Raft log on local disk: raft::Storage over the FileSystem seam.
 //
-// It keeps LocalMetadataLog's directory and format (log_format.h), so a data dir written
-// by the single voter opens unchanged:
+// It keeps the directory and format (log_format.h) the single voter wrote before the quorum,
+// so such a data dir opens unchanged:
 //
 //   <metadata.log.dir>/__cluster_metadata-0/
 //     <20-digit base>.log                    segments of frames [len][crc][offset][term][data]
@@ -28,7 +28,7 @@
 // are durable on return. Segments are removed newest first when the log is cut or discarded
 // (so a crash leaves a prefix) and oldest first by retention (a suffix): never a gap.
 //
-// Open recovers as LocalMetadataLog does (temp files removed; a torn or corrupt tail, a
+// Open recovers (temp files removed; a torn or corrupt tail, a
 // non-consecutive offset or a decreasing term cuts the log there; the newest intact
 // snapshot the log can continue from is chosen, a corrupt one falls back to the previous;
 // a gap no snapshot covers is DataLoss), and then checks the log against the chosen snapshot
@@ -60,10 +60,18 @@
 #include <vector>
 
 #include "controllerd/file_system.h"
-#include "controllerd/local_metadata_log.h"
+#include "controllerd/log_format.h"
 #include "controllerd/raft/raft.h"
 
 namespace runnel::controllerd {
+
+// What Open found and repaired, for the log and for tests.
+struct RecoveryReport {
+  std::vector<std::string> skipped_snapshots;  // corrupt or unusable, newest first
+  uint64_t truncated_bytes = 0;                // cut from the torn/corrupt tail
+  std::vector<std::string> removed_files;      // segments after a corrupt point, temp files
+  std::string truncation_reason;               // why the tail was cut ("" = not cut)
+};
 
 class RaftLogStore final : public raft::Storage {
  public:

@@ -33,7 +33,7 @@
 //   towards a quorum. An observer announces itself with Observe messages; the leader keeps
 //   one while it answers.
 //
-// Offsets are 0-based log positions, the same numbers as MetadataLog offsets: the first
+// Offsets are 0-based log positions, the same numbers as WatchMetadata offsets: the first
 // entry ever is offset 0. A snapshot {end_offset, epoch} holds the state after every entry
 // < end_offset; epoch is the term of entry end_offset - 1.
 //

@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "common/util/crc32c.h"
-#include "controllerd/local_metadata_log.h"
+#include "proto/runnel/metadata.pb.h"
 #include "tests/unit/controllerd/test_util.h"
 
 namespace runnel::controllerd {
@@ -14,6 +14,7 @@ namespace {
 
 using raft::Entry;
 using raft::HardState;
+using raft::SnapshotId;
 using testing::FaultyFileSystem;
 using testing::ReadAll;
 using testing::TempDir;
@@ -845,21 +846,28 @@ metadata::MetadataRecordBatch Batch(int i) {
   return b;
 }
 
+// What the single voter (before the quorum) left on disk, in log_format.h's layout: segment
+// files of frames, snapshot files of one frame each, no quorum-state.
+void WriteSegment(const std::string& dir, int64_t base, const std::vector<Entry>& entries) {
+  std::filesystem::create_directories(PDir(dir));
+  std::string bytes;
+  for (const Entry& e : entries) bytes += logformat::EncodeFrame(e.offset, e.term, e.data);
+  WriteAll(SegmentPath(dir, base), bytes);
+}
+void WriteSnapshotFile(const std::string& dir, SnapshotId id, const std::string& data) {
+  std::filesystem::create_directories(PDir(dir));
+  WriteAll(SnapshotPath(dir, id), logformat::EncodeFrame(id.end_offset, id.epoch, data));
+}
+
 TEST(RaftLogStoreTest, OpensASingleVoterDataDirUnchanged) {
   TempDir tmp;
   std::vector<Entry> want;
-  {
-    auto log = LocalMetadataLog::Open(PosixFileSystem(), tmp.path());
-    ASSERT_TRUE(log.ok()) << log.status();
-    for (int i = 0; i < 4; ++i) {
-      int64_t term = i < 2 ? 1 : 2;
-      ASSERT_TRUE((*log)->Append(term, Batch(i)).ok());
-      want.push_back(Entry{i, term, Batch(i).SerializeAsString()});
-    }
-    ASSERT_TRUE((*log)->WriteSnapshot({4, 2}, Batch(100)).ok());
-    ASSERT_TRUE((*log)->Append(3, Batch(4)).ok());
-    want.push_back(Entry{4, 3, Batch(4).SerializeAsString()});
-  }
+  // Entries 0-3, a snapshot at 4 (which rolled the segment), entry 4 after it.
+  for (int i = 0; i < 4; ++i) want.push_back(Entry{i, i < 2 ? 1 : 2, Batch(i).SerializeAsString()});
+  WriteSegment(tmp.path(), 0, want);
+  WriteSnapshotFile(tmp.path(), {4, 2}, Batch(100).SerializeAsString());
+  want.push_back(Entry{4, 3, Batch(4).SerializeAsString()});
+  WriteSegment(tmp.path(), 4, {want.back()});
   const std::string before = ReadAll(SegmentPath(tmp.path(), 0));
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE(round == 0 ? "first open" : "reopen");
@@ -875,16 +883,21 @@ TEST(RaftLogStoreTest, OpensASingleVoterDataDirUnchanged) {
   }
   EXPECT_EQ(ReadAll(SegmentPath(tmp.path(), 0)), before);
 
-  // And back: what the store appends, the single voter reads.
+  // And back: what the store appends is the single voter's frames, after its own.
   {
     auto store = OpenOk(PosixFileSystem(), tmp.path());
     AppendOk(*store, {Entry{5, 4, Batch(5).SerializeAsString()}, Entry{6, 4, ""}});
     ASSERT_TRUE(store->Sync().ok());
   }
-  auto log = LocalMetadataLog::Open(PosixFileSystem(), tmp.path());
-  ASSERT_TRUE(log.ok()) << log.status();
-  EXPECT_EQ((*log)->EndOffset(), 7);
-  EXPECT_EQ((*log)->LastTerm(), 4);
+  const std::string segment = ReadAll(SegmentPath(tmp.path(), 4));
+  std::vector<std::pair<int64_t, int64_t>> frames;  // (offset, term)
+  for (size_t pos = 0; pos < segment.size();) {
+    logformat::Decoded d = logformat::DecodeFrame(std::string_view(segment).substr(pos));
+    ASSERT_EQ(d.status, logformat::DecodeStatus::kOk) << d.why;
+    frames.emplace_back(d.frame.offset, d.frame.term);
+    pos += d.frame_size;
+  }
+  EXPECT_EQ(frames, (std::vector<std::pair<int64_t, int64_t>>{{4, 3}, {5, 4}, {6, 4}}));
 }
 
 // The single voter names a snapshot after its current term, which can be above the term of
@@ -893,22 +906,15 @@ TEST(RaftLogStoreTest, OpensASingleVoterDataDirUnchanged) {
 TEST(RaftLogStoreTest, RenamesASingleVoterSnapshotToItsLastEntrysTerm) {
   TempDir tmp;
   std::vector<Entry> want;
-  {
-    auto log = LocalMetadataLog::Open(PosixFileSystem(), tmp.path());
-    ASSERT_TRUE(log.ok()) << log.status();
-    for (int i = 0; i < 3; ++i) {
-      ASSERT_TRUE((*log)->Append(1, Batch(i)).ok());
-      want.push_back(Entry{i, 1, Batch(i).SerializeAsString()});
-    }
-    ASSERT_TRUE((*log)->WriteSnapshot({3, 2}, Batch(100)).ok());  // started in term 2
-    for (int i = 3; i < 5; ++i) {
-      ASSERT_TRUE((*log)->Append(3, Batch(i)).ok());
-      want.push_back(Entry{i, 3, Batch(i).SerializeAsString()});
-    }
-    ASSERT_TRUE((*log)->WriteSnapshot({5, 4}, Batch(101)).ok());  // restarted in term 4
-    ASSERT_TRUE((*log)->Append(4, Batch(5)).ok());
-    want.push_back(Entry{5, 4, Batch(5).SerializeAsString()});
-  }
+  for (int i = 0; i < 3; ++i) want.push_back(Entry{i, 1, Batch(i).SerializeAsString()});
+  for (int i = 3; i < 5; ++i) want.push_back(Entry{i, 3, Batch(i).SerializeAsString()});
+  want.push_back(Entry{5, 4, Batch(5).SerializeAsString()});
+  // Snapshot {3, 2} (taken in term 2) rolled a segment at 3, snapshot {5, 4} (after a restart
+  // in term 4) one at 5, and retention then dropped segment 0, which only the older needed.
+  WriteSnapshotFile(tmp.path(), {3, 2}, Batch(100).SerializeAsString());
+  WriteSegment(tmp.path(), 3, Slice(want, 3, 5));
+  WriteSnapshotFile(tmp.path(), {5, 4}, Batch(101).SerializeAsString());
+  WriteSegment(tmp.path(), 5, Slice(want, 5, 6));
   ASSERT_FALSE(Exists(QuorumStatePath(tmp.path())));
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE(round == 0 ? "first open" : "reopen");
@@ -938,15 +944,10 @@ TEST(RaftLogStoreTest, RenamesASingleVoterSnapshotToItsLastEntrysTerm) {
 TEST(RaftLogStoreTest, RenamesBothSingleVoterSnapshotsWhenTheLogHoldsTheirLastEntries) {
   TempDir tmp;
   std::vector<Entry> want;
-  {
-    auto log = LocalMetadataLog::Open(PosixFileSystem(), tmp.path());
-    ASSERT_TRUE(log.ok()) << log.status();
-    for (int i = 0; i < 6; ++i) {
-      int64_t term = i < 3 ? 1 : i < 5 ? 3 : 4;
-      ASSERT_TRUE((*log)->Append(term, Batch(i)).ok());
-      want.push_back(Entry{i, term, Batch(i).SerializeAsString()});
-    }
+  for (int i = 0; i < 6; ++i) {
+    want.push_back(Entry{i, i < 3 ? 1 : i < 5 ? 3 : 4, Batch(i).SerializeAsString()});
   }
+  WriteSegment(tmp.path(), 0, want);
   WriteAll(SnapshotPath(tmp.path(), {3, 2}), logformat::EncodeFrame(3, 2, "image 3"));
   WriteAll(SnapshotPath(tmp.path(), {5, 4}), logformat::EncodeFrame(5, 4, "image 5"));
   {
