@@ -11,14 +11,6 @@ std::shared_ptr<spdlog::logger> Log() {
   return logger;
 }
 
-// One unary call's state, alive until its completion has run on the loop.
-template <typename Req, typename Resp>
-struct Call {
-  grpc::ClientContext ctx;
-  Req req;
-  Resp resp;
-};
-
 }  // namespace
 
 ControllerClient::ControllerClient(EventLoop& loop, const std::vector<std::string>& targets)
@@ -50,17 +42,12 @@ runnel::controller::ControllerService::Stub& ControllerClient::PickStub() {
 
 ControllerClient::~ControllerClient() { Stop(); }
 
-#define RUNNEL_ASYNC_CALL(Method, ReqT, RespT, request, timeout, done)                     \
-  do {                                                                                     \
-    auto call = std::make_shared<Call<ReqT, RespT>>();                                     \
-    call->req = request;                                                                   \
-    call->ctx.set_deadline(std::chrono::system_clock::now() + (timeout));                  \
-    EventLoop* loop = &loop_;                                                              \
-    PickStub().async()->Method(&call->ctx, &call->req, &call->resp,                            \
-                           [call, loop, done = std::move(done)](grpc::Status status) {     \
-                             loop->Post([call, status, done] { done(status, call->resp); }); \
-                           });                                                             \
-  } while (0)
+#define RUNNEL_ASYNC_CALL(Method, ReqT, RespT, request, timeout, done)                    \
+  StartUnaryCall<ReqT, RespT>(loop_, inflight_, request, timeout, std::move(done),        \
+                              [this](auto&&... args) {                                    \
+                                PickStub().async()->Method(                               \
+                                    std::forward<decltype(args)>(args)...);               \
+                              })
 
 void ControllerClient::CreateTopics(const runnel::controller::CreateTopicsRequest& req,
                                     std::chrono::milliseconds timeout,
@@ -153,6 +140,7 @@ void ControllerClient::Stop() {
   }
   cv_.notify_all();
   if (watch_thread_.joinable()) watch_thread_.join();
+  inflight_->CancelAndWait();
 }
 
 void ControllerClient::WatchLoop() {

@@ -25,6 +25,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "brokerd/net/event_loop.h"
+#include "brokerd/unary_calls.h"
 #include "proto/runnel/controller.grpc.pb.h"
 
 namespace runnel::brokerd {
@@ -72,7 +73,9 @@ class ControllerClient {
 
   // Starts the watch thread. `apply` runs on the loop for each update, in log order.
   void StartWatch(std::function<void(const runnel::controller::MetadataUpdate&)> apply);
-  // Stops the watch thread (cancels the stream) and waits for it.
+  // Stops the watch thread (cancels the stream) and waits for it; cancels the calls in
+  // flight and waits for their completions, and refuses calls from then on. Call it after
+  // the loop has stopped and before it is destroyed.
   void Stop();
 
  private:
@@ -86,6 +89,7 @@ class ControllerClient {
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<runnel::controller::ControllerService::Stub>> stubs_;
   std::atomic<size_t> rotate_{0};
+  std::shared_ptr<InflightCalls> inflight_ = std::make_shared<InflightCalls>();
 
   std::function<void(const runnel::controller::MetadataUpdate&)> apply_;
   std::thread watch_thread_;

@@ -11,14 +11,6 @@ std::shared_ptr<spdlog::logger> Log() {
   return logger;
 }
 
-// One unary call's state, alive until its completion has run on the loop.
-template <typename Req, typename Resp>
-struct Call {
-  grpc::ClientContext ctx;
-  Req req;
-  Resp resp;
-};
-
 }  // namespace
 
 StorageClient::StorageClient(EventLoop& loop, const std::string& socket_path)
@@ -30,14 +22,10 @@ StorageClient::~StorageClient() { Stop(); }
 
 #define RUNNEL_STORAGE_CALL(Method, ReqT, RespT)                                             \
   void StorageClient::Method(ReqT req, std::chrono::milliseconds timeout, Done<RespT> done) { \
-    auto call = std::make_shared<Call<ReqT, RespT>>();                                       \
-    call->req = std::move(req);                                                              \
-    call->ctx.set_deadline(std::chrono::system_clock::now() + timeout);                      \
-    EventLoop* loop = &loop_;                                                                \
-    stub_->async()->Method(&call->ctx, &call->req, &call->resp,                              \
-                           [call, loop, done = std::move(done)](grpc::Status status) {       \
-                             loop->Post([call, status, done] { done(status, call->resp); }); \
-                           });                                                               \
+    StartUnaryCall<ReqT, RespT>(loop_, inflight_, std::move(req), timeout, std::move(done),   \
+                                [this](auto&&... args) {                                      \
+                                  stub_->async()->Method(std::forward<decltype(args)>(args)...); \
+                                });                                                           \
   }
 
 RUNNEL_STORAGE_CALL(Append, storage::AppendRequest, storage::AppendResponse)
@@ -57,14 +45,11 @@ RUNNEL_STORAGE_CALL(GetPartitionStates, storage::GetPartitionStatesRequest,
 
 void StorageClient::DescribeLogDirs(std::chrono::milliseconds timeout,
                                     Done<storage::DescribeLogDirsResponse> done) {
-  auto call =
-      std::make_shared<Call<storage::DescribeLogDirsRequest, storage::DescribeLogDirsResponse>>();
-  call->ctx.set_deadline(std::chrono::system_clock::now() + timeout);
-  EventLoop* loop = &loop_;
-  stub_->async()->DescribeLogDirs(&call->ctx, &call->req, &call->resp,
-                                  [call, loop, done = std::move(done)](grpc::Status status) {
-                                    loop->Post([call, status, done] { done(status, call->resp); });
-                                  });
+  StartUnaryCall<storage::DescribeLogDirsRequest, storage::DescribeLogDirsResponse>(
+      loop_, inflight_, storage::DescribeLogDirsRequest(), timeout, std::move(done),
+      [this](auto&&... args) {
+        stub_->async()->DescribeLogDirs(std::forward<decltype(args)>(args)...);
+      });
 }
 
 void StorageClient::StartWatch(
@@ -84,6 +69,7 @@ void StorageClient::Stop() {
   }
   cv_.notify_all();
   if (watch_thread_.joinable()) watch_thread_.join();
+  inflight_->CancelAndWait();
 }
 
 void StorageClient::WatchLoop() {

@@ -19,6 +19,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "brokerd/net/event_loop.h"
+#include "brokerd/unary_calls.h"
 #include "proto/runnel/storage.grpc.pb.h"
 
 namespace runnel::brokerd {
@@ -29,7 +30,7 @@ class StorageClient {
   ~StorageClient();
 
   template <typename Resp>
-  using Done = std::function<void(const grpc::Status&, Resp&)>;
+  using Done = UnaryDone<Resp>;
 
   // Each takes the request by value (moved into the call) and a timeout.
   void Append(storage::AppendRequest req, std::chrono::milliseconds timeout,
@@ -60,7 +61,9 @@ class StorageClient {
   // `lost` runs on the loop when a stream that had delivered messages breaks.
   void StartWatch(std::function<void(const storage::PartitionChange&, bool snapshot)> apply,
                   std::function<void()> lost);
-  // Stops the watch thread (cancels the stream) and waits for it.
+  // Stops the watch thread (cancels the stream) and waits for it; cancels the calls in
+  // flight and waits for their completions, and refuses calls from then on. Call it after
+  // the loop has stopped and before it is destroyed.
   void Stop();
 
  private:
@@ -69,6 +72,7 @@ class StorageClient {
   EventLoop& loop_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<storage::StorageService::Stub> stub_;
+  std::shared_ptr<InflightCalls> inflight_ = std::make_shared<InflightCalls>();
 
   std::function<void(const storage::PartitionChange&, bool)> apply_;
   std::function<void()> lost_;

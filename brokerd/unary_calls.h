@@ -1,0 +1,78 @@
+// Unary gRPC calls made with the callback API, whose completions run on the loop.
+//
+// A completion arrives on a gRPC thread and is posted to the loop. A client keeps its calls
+// in an InflightCalls so that, when it stops, it can cancel them and wait until every
+// completion has run its gRPC side: after that nothing touches the loop, which may then go.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <utility>
+
+#include <grpcpp/grpcpp.h>
+
+#include "brokerd/net/event_loop.h"
+
+namespace runnel::brokerd {
+
+class InflightCalls {
+ public:
+  // Registers a call about to start; false once stopped (the call must not start).
+  bool Add(grpc::ClientContext* ctx) {
+    std::lock_guard lock(mu_);
+    if (stopped_) return false;
+    calls_.insert(ctx);
+    return true;
+  }
+  // The call's completion is done with the loop.
+  void Remove(grpc::ClientContext* ctx) {
+    std::lock_guard lock(mu_);
+    calls_.erase(ctx);
+    if (calls_.empty()) cv_.notify_all();
+  }
+  // Refuses new calls, cancels those in flight and waits for their completions.
+  void CancelAndWait() {
+    std::unique_lock lock(mu_);
+    stopped_ = true;
+    for (grpc::ClientContext* ctx : calls_) ctx->TryCancel();
+    cv_.wait(lock, [this] { return calls_.empty(); });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<grpc::ClientContext*> calls_;
+  bool stopped_ = false;
+};
+
+template <typename Resp>
+using UnaryDone = std::function<void(const grpc::Status&, Resp&)>;
+
+// Starts one call: `start(ctx, req, resp, on_complete)` is the stub's async() method bound
+// to a stub. `done(status, resp)` runs on the loop, unless the loop is stopping by then (it
+// drops posts) or the client has stopped (the call does not start).
+template <typename Req, typename Resp, typename Done, typename Start>
+void StartUnaryCall(EventLoop& loop, const std::shared_ptr<InflightCalls>& inflight, Req req,
+                    std::chrono::milliseconds timeout, Done done, Start&& start) {
+  struct Call {
+    grpc::ClientContext ctx;
+    Req req;
+    Resp resp;
+  };
+  auto call = std::make_shared<Call>();
+  call->req = std::move(req);
+  call->ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  if (!inflight->Add(&call->ctx)) return;
+  EventLoop* target = &loop;
+  start(&call->ctx, &call->req, &call->resp,
+        [call, target, inflight, done = std::move(done)](grpc::Status status) mutable {
+          target->Post([call, status, done = std::move(done)] { done(status, call->resp); });
+          inflight->Remove(&call->ctx);
+        });
+}
+
+}  // namespace runnel::brokerd
