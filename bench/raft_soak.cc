@@ -106,8 +106,8 @@ int ReplayOne(const Flags& flags) {
   std::printf(
       "seed=%llu nodes=%d observers=%d: %s, %lld steps, %lld virtual ms, %lld delivered, "
       "%lld dropped, %lld committed, %lld leaders, %lld crashes, %lld partitions, "
-      "%lld snapshots saved, %lld installed, %lld reads, %lld transfers, liveness %lld ms, "
-      "trace hash %016llx\n",
+      "%lld snapshots saved, %lld installed, %lld reads, %lld transfers, liveness %lld ms "
+      "(bound %lld ms, %lld catch-up round trips), trace hash %016llx\n",
       static_cast<unsigned long long>(flags.seed), r.voters, r.observers, r.ok ? "ok" : "FAILED",
       static_cast<long long>(st.steps), static_cast<long long>(st.virtual_ms),
       static_cast<long long>(st.delivered), static_cast<long long>(st.dropped),
@@ -115,7 +115,9 @@ int ReplayOne(const Flags& flags) {
       static_cast<long long>(st.crashes), static_cast<long long>(st.partitions),
       static_cast<long long>(st.snapshots_saved), static_cast<long long>(st.snapshots_installed),
       static_cast<long long>(st.reads_ok), static_cast<long long>(st.transfers),
-      static_cast<long long>(st.liveness_ms), static_cast<unsigned long long>(r.trace_hash));
+      static_cast<long long>(st.liveness_ms), static_cast<long long>(st.liveness_bound_ms),
+      static_cast<long long>(st.catch_up_round_trips),
+      static_cast<unsigned long long>(r.trace_hash));
   if (!r.ok) std::fputs(r.report.c_str(), stdout);
   return r.ok ? 0 : 1;
 }

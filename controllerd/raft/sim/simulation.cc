@@ -78,6 +78,22 @@ std::string FormatEvent(const TraceEvent& e) {
   return fmt::format("{:>7} {:>7}ms {} n{} {}", e.step, e.time, e.kind, e.node, what);
 }
 
+// The term of the entry at `offset` when `s` knows it (in its log, its snapshot's last entry,
+// or 0 for offset -1); MemStorage::TermAt would report any other offset as a violation.
+std::optional<int64_t> KnownTerm(const MemStorage& s, int64_t offset) {
+  if (offset == -1) return 0;
+  if (const Entry* e = s.EntryAt(offset)) return e->term;
+  const SnapshotId snap = s.snapshot_id();
+  if (snap.end_offset > 0 && offset == snap.end_offset - 1) return snap.epoch;
+  return std::nullopt;
+}
+
+// (term, offset) of the last entry: the order the vote rule compares logs in.
+std::pair<int64_t, int64_t> LastEntry(const MemStorage& s) {
+  const int64_t last = s.end_offset() - 1;
+  return {KnownTerm(s, last).value_or(0), last};
+}
+
 uint64_t Mix(uint64_t hash, uint64_t value) {
   hash ^= value + 0x9e3779b97f4a7c15ull + (hash << 6) + (hash >> 2);
   return hash;
@@ -191,6 +207,17 @@ class Simulation {
 
   enum class Phase { kFault, kHeal };
 
+  // What one node needs from one possible leader to catch up after healing (simulation.h).
+  struct CatchUp {
+    NodeId node = kNoNode;
+    NodeId leader = kNoNode;
+    int64_t probes = 0;           // Appends until one matches, the rejected ones included
+    int64_t entries = 0;          // entries sent (the no-op and heal proposal included)
+    int64_t messages = 0;         // the Appends carrying them
+    int64_t snapshot_chunks = 0;  // over every snapshot transfer allowed for
+    int64_t round_trips = 0;
+  };
+
   // Randomness.
   uint64_t Below(uint64_t n) { return n == 0 ? 0 : rng_() % n; }
   int64_t Between(int64_t lo, int64_t hi) {
@@ -238,6 +265,8 @@ class Simulation {
   void ClientAction();
   void FaultAction();
   void Heal();
+  CatchUp CatchUpWork(const SimNode& n, const SimNode& leader) const;
+  CatchUp SlowestCatchUp() const;
 
   // Node lifecycle.
   void Open(SimNode& n);
@@ -259,6 +288,7 @@ class Simulation {
   int64_t DurablePrefix(SimNode& n);
   void DriveLiveness();
   bool LivenessDone();
+  std::string LivenessLaggards();  // which nodes have not applied the heal proposal
   void FinalChecks();
   void Fail(std::string why) { checker_->Fail(std::move(why)); }
 
@@ -307,6 +337,7 @@ class Simulation {
   // Healing.
   int64_t heal_start_ms_ = 0;
   int64_t heal_deadline_ms_ = 0;
+  CatchUp heal_catch_up_;  // the slowest node's catch-up work, in the liveness bound
   int64_t heal_proposed_term_ = -1;
   std::vector<std::string> heal_payloads_;
 
@@ -581,6 +612,12 @@ void Simulation::Deliver() {
   if (to.node == nullptr || to.fatal) {
     ++stats_.dropped;
     return TraceMessage('d', m, "down");
+  }
+  if (config_.plant == Plant::kStarveAfterHeal && phase_ == Phase::kHeal &&
+      m.to == static_cast<NodeId>(nodes_.size()) &&
+      (m.type == MessageType::kAppend || m.type == MessageType::kSnapshot)) {
+    ++stats_.dropped;
+    return TraceMessage('d', m, "starved");
   }
   if (to.paused_until > now_) {
     // Waits in the socket buffer until the process runs again.
@@ -923,7 +960,132 @@ void Simulation::Heal() {
     if (n->node == nullptr) Open(*n);
   }
   heal_start_ms_ = now_;
-  heal_deadline_ms_ = now_ + config_.heal_timeouts * options_.election_timeout_ms;
+  heal_catch_up_ = SlowestCatchUp();
+  const int64_t round_trip_ms = 2 * delay_max_;
+  const int64_t elections_ms = config_.heal_timeouts * options_.election_timeout_ms;
+  heal_deadline_ms_ = now_ + elections_ms + heal_catch_up_.round_trips * round_trip_ms;
+  stats_.liveness_bound_ms = heal_deadline_ms_ - heal_start_ms_;
+  stats_.catch_up_round_trips = heal_catch_up_.round_trips;
+  const CatchUp& c = heal_catch_up_;
+  Trace('A', kNoNode,
+        fmt::format("liveness bound {}ms: {} election timeouts + {} round trips of {}ms (node {} "
+                    "from leader {}: {} probes, {} entries in {} messages, {} snapshot chunks)",
+                    stats_.liveness_bound_ms, config_.heal_timeouts, c.round_trips, round_trip_ms,
+                    c.node, c.leader, c.probes, c.entries, c.messages, c.snapshot_chunks));
+}
+
+Simulation::CatchUp Simulation::CatchUpWork(const SimNode& n, const SimNode& leader) const {
+  constexpr int64_t kSnapshotTransfers = 3;
+  // EncodeSnapshot: a header line of three numbers, then the last SmState::kRecent payloads.
+  constexpr size_t kSnapshotHeaderMax = 96;
+  constexpr size_t kHealPayloadMax = 16;  // "heal<N>"
+  CatchUp w;
+  w.node = n.id;
+  w.leader = leader.id;
+  const MemStorage& ns = *n.storage;
+  const MemStorage& ls = *leader.storage;
+  const int64_t n_end = ns.end_offset();
+  const int64_t l_end = ls.end_offset();
+  const int64_t overlap_end = std::min(n_end, l_end);
+
+  // The common prefix. Everything under the node's snapshot is committed, so in the log of any
+  // voter that can win; above it, log matching makes the highest offset where both hold the
+  // same term the end of the common part.
+  const int64_t floor = std::min(ns.snapshot_id().end_offset, l_end);
+  int64_t common = floor;
+  for (int64_t o = overlap_end - 1; o >= floor; --o) {
+    std::optional<int64_t> a = KnownTerm(ns, o);
+    std::optional<int64_t> b = KnownTerm(ls, o);
+    if (!a || !b) break;  // the leader no longer knows: assume nothing matches above floor
+    if (*a == *b) {
+      common = o + 1;
+      break;
+    }
+  }
+
+  // Backtracking: the first probe (at the leader's end), one reject per run of one term in the
+  // node's conflicting suffix (its hint skips the whole run), and the probe that matches.
+  int64_t from = common;
+  w.probes = 2;
+  if (common < overlap_end) {
+    std::optional<int64_t> run_term;
+    for (int64_t o = common; o < overlap_end; ++o) {
+      std::optional<int64_t> t = KnownTerm(ns, o);
+      if (o == common || t != run_term) ++w.probes;
+      run_term = t;
+    }
+    // The last hint is the start of the node's run holding `common`, which may begin below it
+    // (those entries match and are sent again), but never at or below its commit offset.
+    const int64_t hint_floor = std::max(n.node->commit_offset() + 1, ns.start_offset());
+    const std::optional<int64_t> t = KnownTerm(ns, common);
+    while (from - 1 >= hint_floor && KnownTerm(ns, from - 1) == t) --from;
+  }
+
+  if (from < l_end) {
+    // A snapshot: needed now if the leader no longer holds what comes next, and possibly later
+    // when it compacts past the node while it catches up (see simulation.h: at most three).
+    size_t max_payload = kHealPayloadMax;
+    for (int64_t o = ls.start_offset(); o < l_end; ++o) {
+      max_payload = std::max(max_payload, ls.EntryAt(o)->data.size());
+    }
+    size_t snapshot_bytes = kSnapshotHeaderMax + SmState::kRecent * (max_payload + 1);
+    if (StatusOr<std::string> current = ls.ReadSnapshot(); current.ok()) {
+      snapshot_bytes = std::max(snapshot_bytes, current->size());
+    }
+    const size_t chunk = std::max<size_t>(1, options_.snapshot_chunk_bytes);
+    w.snapshot_chunks =
+        kSnapshotTransfers * static_cast<int64_t>((snapshot_bytes + chunk - 1) / chunk);
+    if (from < ls.start_offset() || !KnownTerm(ls, from - 1)) {
+      from = std::max(from, ls.snapshot_id().end_offset);
+    }
+  }
+
+  // The entries, in Appends of at most max_append_bytes (at least one entry each, as
+  // Storage::Read gives them), followed by the new leader's no-op and the heal proposal.
+  size_t bytes = 0;
+  bool open = false;
+  auto add = [&](size_t size) {
+    ++w.entries;
+    if (!open || bytes + size > options_.max_append_bytes) {
+      ++w.messages;
+      bytes = 0;
+      open = true;
+    }
+    bytes += size;
+  };
+  for (int64_t o = std::max(from, ls.start_offset()); o < l_end; ++o) {
+    add(ls.EntryAt(o)->data.size());
+  }
+  add(0);
+  add(kHealPayloadMax);
+  const int64_t window = std::max(1, options_.max_inflight_appends);
+  // One more round trip when a snapshot ends (the probe after it), and two for the commit
+  // offset to reach the node.
+  w.round_trips = w.probes + (w.messages + window - 1) / window + w.snapshot_chunks +
+                  (w.snapshot_chunks > 0 ? 1 : 0) + 2;
+  return w;
+}
+
+Simulation::CatchUp Simulation::SlowestCatchUp() const {
+  // A voter can lead only if a majority (itself included) finds its log at least as up to
+  // date as theirs; the leaders to come extend one of those logs.
+  std::vector<const SimNode*> voters;
+  for (const auto& n : nodes_) {
+    if (n->voter) voters.push_back(n.get());
+  }
+  CatchUp slowest;
+  for (const SimNode* l : voters) {
+    const auto last = LastEntry(*l->storage);
+    size_t behind = 0;
+    for (const SimNode* v : voters) behind += LastEntry(*v->storage) <= last ? 1 : 0;
+    if (behind < voters.size() / 2 + 1) continue;
+    for (const auto& n : nodes_) {
+      if (n.get() == l || n->node == nullptr) continue;
+      CatchUp w = CatchUpWork(*n, *l);
+      if (w.round_trips > slowest.round_trips) slowest = w;
+    }
+  }
+  return slowest;
 }
 
 // --- Checks ---
@@ -1083,6 +1245,20 @@ bool Simulation::LivenessDone() {
   return false;
 }
 
+std::string Simulation::LivenessLaggards() {
+  std::optional<int64_t> target;
+  for (const std::string& p : heal_payloads_) {
+    if ((target = checker_->OffsetOfPayload(p))) break;
+  }
+  if (!target) return "no heal proposal committed";
+  std::string out = fmt::format("heal proposal at {}; applied", *target);
+  for (auto& n : nodes_) {
+    const int64_t applied = n->node == nullptr ? -1 : n->node->applied_offset();
+    if (applied < *target) out += fmt::format(" n{}:{}", n->id, applied);
+  }
+  return out;
+}
+
 void Simulation::FinalChecks() {
   for (auto& n : nodes_) {
     n->verified = -1;
@@ -1138,11 +1314,13 @@ SimResult Simulation::Run() {
       }
       if (phase_ == Phase::kHeal && t > heal_deadline_ms_) {
         now_ = heal_deadline_ms_;
-        Fail(
-            fmt::format("liveness: {}ms ({} election timeouts) after healing, no new proposal "
-                        "was applied on every node (leader: {})",
-                        now_ - heal_start_ms_, config_.heal_timeouts,
-                        CurrentLeader() == nullptr ? "none" : std::to_string(CurrentLeader()->id)));
+        Fail(fmt::format(
+            "liveness: {}ms ({} election timeouts + {} round trips for node {} to catch up) "
+            "after healing, no new proposal was applied on every node (leader: {}; {})",
+            now_ - heal_start_ms_, config_.heal_timeouts, heal_catch_up_.round_trips,
+            heal_catch_up_.node,
+            CurrentLeader() == nullptr ? "none" : std::to_string(CurrentLeader()->id),
+            LivenessLaggards()));
         break;
       }
       now_ = std::max(now_, t);

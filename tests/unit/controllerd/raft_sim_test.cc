@@ -113,6 +113,31 @@ TEST(RaftSim, ReplayCommandNamesSeedAndNodes) {
   EXPECT_EQ(ReplayCommand(config), "runnel-raft-soak --nodes 5 --seed 77 --steps 900 --trace");
 }
 
+TEST(RaftSim, LivenessBoundAllowsForTheBacklogToSend) {
+  // Seed 11399 ends its fault phase with a minority leader's ~400 uncommitted entries, which
+  // win the election after healing; with 8-byte appends and one in flight, the followers
+  // need ~1.6 s (13 election timeouts) to receive them. A bound of election timeouts alone
+  // failed this run; the catch-up part of the bound must cover it, and scale with the work
+  // (seed 1 heals with little to send).
+  SimConfig config;
+  config.seed = 11399;
+  config.voters = 3;
+  config.fault_steps = 5000;
+  SimResult result = RunSimulation(config);
+  ASSERT_TRUE(result.ok) << result.report;
+  const SimStats& st = result.stats;
+  const int64_t elections_ms = st.liveness_bound_ms - st.catch_up_round_trips * 10;
+  EXPECT_GT(st.catch_up_round_trips, 200);
+  EXPECT_GT(st.liveness_ms, elections_ms);
+  EXPECT_LE(st.liveness_ms, st.liveness_bound_ms);
+
+  config.seed = 1;
+  config.fault_steps = kFaultSteps;
+  SimResult small = RunSimulation(config);
+  ASSERT_TRUE(small.ok) << small.report;
+  EXPECT_LT(small.stats.catch_up_round_trips * 4, st.catch_up_round_trips);
+}
+
 // Runs seeds with a planted bug; returns the violations found (the bug must be caught).
 std::vector<std::string> PlantedViolations(const SimConfig& base, int seeds) {
   std::vector<std::string> found;
@@ -213,6 +238,22 @@ TEST(RaftSimPlanted, CorruptedSnapshotsDifferFromTheReplay) {
   EXPECT_GE(found.size(), 5u);
   EXPECT_TRUE(AnyContains(found, {"differs from the replay", "does not parse", "holds the state"}))
       << testing::PrintToString(found);
+}
+
+TEST(RaftSimPlanted, ANodeThatStopsCatchingUpMissesTheLivenessBound) {
+  // The observer (the last node) gets no Append or Snapshot after healing, so it never
+  // applies the heal proposal: the bound, however much catch-up it allows for, must end.
+  SimConfig config;
+  config.voters = 3;
+  config.observers = 1;
+  config.fault_steps = kFaultSteps;
+  config.plant = Plant::kStarveAfterHeal;
+  std::vector<std::string> found = PlantedViolations(config, 10);
+  EXPECT_EQ(found.size(), 10u);
+  for (const std::string& f : found) {
+    EXPECT_NE(f.find("liveness: "), std::string::npos) << f;
+    EXPECT_NE(f.find(" n4:"), std::string::npos) << f;
+  }
 }
 
 // --- The checker on its own ---
