@@ -3,6 +3,11 @@
 namespace runnel::brokerd {
 
 bool MetadataCache::Apply(const runnel::controller::MetadataUpdate& update) {
+  // Leadership only moves forward in epochs, whichever controller's stream says so.
+  if (update.has_leader_id() && update.leader_epoch() >= active_controller_epoch_) {
+    active_controller_ = update.leader_id();
+    active_controller_epoch_ = update.leader_epoch();
+  }
   if (update.is_snapshot()) {
     // A controller that lags behind the one this cache followed before (after a failover)
     // answers a watch with its older image: keep the newer state and skip its deltas until

@@ -43,14 +43,17 @@ struct BrokerInfo {
 
 class MetadataCache {
  public:
-  // Applies one update (a whole image or one delta). Returns false, changing nothing,
-  // when a delta does not follow the last applied offset (the caller then re-watches).
+  // Applies one update (a whole image or one delta). Returns false, changing nothing but
+  // the active controller, when a delta does not follow the last applied offset (the caller
+  // then re-watches).
   bool Apply(const runnel::controller::MetadataUpdate& update);
 
   // True once a first image has been applied.
   bool ready() const { return ready_; }
   int64_t offset() const { return offset_; }
   const std::string& cluster_id() const { return cluster_id_; }
+  // The active controller (the metadata quorum's leader) as last heard of; -1 when unknown.
+  int32_t active_controller() const { return active_controller_; }
 
   const TopicInfo* FindTopic(const std::string& name) const;
   const TopicInfo* FindTopicById(const protocol::Uuid& id) const;
@@ -80,6 +83,8 @@ class MetadataCache {
   int32_t local_node_id_ = -1;
   int64_t offset_ = -1;
   std::string cluster_id_;
+  int32_t active_controller_ = -1;
+  int64_t active_controller_epoch_ = -1;
   std::map<std::string, TopicInfo> topics_;
   std::map<std::string, std::string> name_by_id_;  // 16-byte id -> name
   std::map<int32_t, BrokerInfo> brokers_;

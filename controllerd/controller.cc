@@ -238,6 +238,7 @@ void Controller::Apply(const raft::Entry& entry) {
   update->set_offset(entry.offset);
   update->set_is_snapshot(false);
   *update->mutable_records() = std::move(*batch.mutable_records());
+  SetLeaderLocked(update.get());
   UpdatePtr shared = std::move(update);
   for (auto it = watchers_.begin(); it != watchers_.end();) {
     if ((*it)->Push(shared)) {
@@ -292,6 +293,10 @@ void Controller::Restore(raft::SnapshotId id, const std::string& data) {
 void Controller::RoleChanged(raft::Role role, int64_t term, raft::NodeId leader) {
   std::lock_guard<std::mutex> lock(mu_);
   leader_term_ = role == raft::Role::kLeader ? term : -1;
+  if (leader != raft::kNoNode && term > known_leader_term_) {
+    known_leader_ = static_cast<int32_t>(leader);
+    known_leader_term_ = term;
+  }
   // Heartbeats went to the previous leader: every broker's session starts over here.
   last_heartbeat_.clear();
   if (leader != raft::kNoNode) {
@@ -1429,7 +1434,14 @@ UpdatePtr Controller::SnapshotUpdateLocked() const {
   update->set_offset(image_.offset());
   update->set_is_snapshot(true);
   *update->mutable_records() = std::move(*image_.ToRecords().mutable_records());
+  SetLeaderLocked(update.get());
   return update;
+}
+
+void Controller::SetLeaderLocked(controller::MetadataUpdate* update) const {
+  if (known_leader_term_ < 0) return;
+  update->set_leader_id(known_leader_);
+  update->set_leader_epoch(known_leader_term_);
 }
 
 StatusOr<std::shared_ptr<Watcher>> Controller::Watch(int64_t from_offset) {
@@ -1469,6 +1481,7 @@ StatusOr<std::shared_ptr<Watcher>> Controller::Watch(int64_t from_offset) {
           update->set_offset(e.offset);
           update->set_is_snapshot(false);
           *update->mutable_records() = std::move(*batch.mutable_records());
+          SetLeaderLocked(update.get());
           if (!watcher->Push(std::move(update))) {
             st = absl::ResourceExhaustedError("catch-up larger than the watcher queue");
             break;

@@ -159,6 +159,8 @@ class Controller final : private Quorum::StateMachine {
                            std::optional<int64_t> expected_offset = std::nullopt);
   void Fail(const Status& why);
   UpdatePtr SnapshotUpdateLocked() const;
+  // Stamps `update` with the leader this node knows (see MetadataUpdate.leader_id).
+  void SetLeaderLocked(controller::MetadataUpdate* update) const;
   void MaybeProposeClusterIdLocked();
 
   // Quorum::StateMachine, on the quorum's driver thread.
@@ -217,6 +219,9 @@ class Controller final : private Quorum::StateMachine {
   MetadataImage image_;
   int64_t last_applied_term_ = 0;
   int64_t leader_term_ = -1;      // the term this node leads in, -1 when it does not lead
+  // The last leader this node heard of and its term (for watchers); -1 when none yet.
+  int32_t known_leader_ = -1;
+  int64_t known_leader_term_ = -1;
   int64_t cluster_id_term_ = -1;  // the term in which this node proposed the cluster id
   uint64_t bytes_since_snapshot_ = 0;
   UuidGenerator uuids_;

@@ -60,6 +60,15 @@ std::vector<BrokerAddress> BrokersOnListener(const MetadataCache& cache,
   return out;
 }
 
+int32_t ControllerIdForClients(const MetadataCache& cache,
+                               const std::vector<BrokerAddress>& brokers, int32_t self) {
+  const int32_t active = cache.active_controller();
+  for (const BrokerAddress& b : brokers) {
+    if (active >= 0 && b.id == active) return active;
+  }
+  return self;
+}
+
 std::shared_ptr<spdlog::logger> KafkaLog() {
   static auto logger = log::Get("brokerd.kafka");
   return logger;

@@ -25,8 +25,9 @@ void HandleDescribeCluster(BrokerContext& broker, std::unique_ptr<RequestContext
     return respond(EncodeResponse(*ctx, resp));
   }
   resp.cluster_id = broker.metadata.cluster_id();
-  resp.controller_id = NodeId(broker.node_id);
-  for (BrokerAddress& b : BrokersOnListener(broker.metadata, ctx->listener)) {
+  std::vector<BrokerAddress> brokers = BrokersOnListener(broker.metadata, ctx->listener);
+  resp.controller_id = NodeId(ControllerIdForClients(broker.metadata, brokers, broker.node_id));
+  for (BrokerAddress& b : brokers) {
     DescribeClusterResponse::DescribeClusterBroker out;
     out.broker_id = NodeId(b.id);
     out.host = std::move(b.host);

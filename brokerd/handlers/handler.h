@@ -126,6 +126,11 @@ struct BrokerAddress {
 // Every unfenced broker's endpoint for the listener named `listener`, by broker id.
 std::vector<BrokerAddress> BrokersOnListener(const MetadataCache& cache,
                                              const std::string& listener);
+// The controller id Metadata and DescribeCluster give clients: the active controller when it
+// is one of `brokers` (a node with both roles), else this broker. Any broker takes the admin
+// requests a client sends to "the controller" and forwards them to the active one.
+int32_t ControllerIdForClients(const MetadataCache& cache,
+                               const std::vector<BrokerAddress>& brokers, int32_t self);
 
 // Decodes the request body as `Req`; false (after logging one line) when it is malformed,
 // in which case the handler answers Response::Close(), as Kafka closes the connection.

@@ -58,7 +58,9 @@ void HandleMetadata(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, 
   const MetadataCache& cache = broker.metadata;
 
   MetadataResponse resp;
-  for (BrokerAddress& b : BrokersOnListener(cache, ctx->listener)) {
+  std::vector<BrokerAddress> brokers = BrokersOnListener(cache, ctx->listener);
+  resp.controller_id = NodeId(ControllerIdForClients(cache, brokers, broker.node_id));
+  for (BrokerAddress& b : brokers) {
     MetadataResponse::MetadataResponseBroker out;
     out.node_id = NodeId(b.id);
     out.host = std::move(b.host);
@@ -67,7 +69,6 @@ void HandleMetadata(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, 
     resp.brokers.push_back(std::move(out));
   }
   resp.cluster_id = cache.cluster_id();
-  resp.controller_id = NodeId(broker.node_id);
   if (version >= 8 && version <= 10 && req.include_cluster_authorized_operations) {
     resp.cluster_authorized_operations = kAllClusterOperations;
   }

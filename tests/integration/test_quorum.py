@@ -1,8 +1,10 @@
 """A three-controller quorum as real processes on 127.0.0.1 (issue 6).
 
-Node 1 runs broker and controller; nodes 2 and 3 run only the controller. Topics are
-created through node 1's brokerd with librdkafka's admin client; the active controller is
-read with DescribeQuorum (Kafka API 55) from the broker, which asks the quorum's leader.
+In QuorumTest node 1 runs broker and controller; nodes 2 and 3 run only the controller.
+Topics are created through node 1's brokerd with librdkafka's admin client; the active
+controller is read with DescribeQuorum (Kafka API 55) from the broker, which asks the quorum's
+leader. In CombinedQuorumTest every node runs both roles, and each broker names the active
+controller in Metadata and DescribeCluster.
 """
 import time
 import unittest
@@ -15,6 +17,7 @@ from kafka_wire import ApiWriter, Connection
 
 ELECTION_TIMEOUT_MS = 1000
 DESCRIBE_QUORUM = 55
+DESCRIBE_CLUSTER = 60
 
 
 def describe_quorum(bootstrap, topic="__cluster_metadata", partition=0):
@@ -53,6 +56,25 @@ def describe_quorum(bootstrap, topic="__cluster_metadata", partition=0):
         if result is None:
             return (top_error, -1, -1, -1, {}, {})
         return result
+    finally:
+        conn.sock.close()
+
+
+def describe_cluster_controller(bootstrap):
+    """The controller id of a DescribeCluster v0 answer (the error code must be 0)."""
+    conn = Connection(bootstrap, timeout=10)
+    try:
+        w = ApiWriter(flexible=True)
+        w.i8(0)  # include_cluster_authorized_operations
+        w.tags()
+        r = conn.call(DESCRIBE_CLUSTER, 0, w)
+        r.i32()  # throttle
+        error = r.i16()
+        message = r.string()
+        if error != 0:
+            raise AssertionError(f"DescribeCluster error {error}: {message}")
+        r.string()  # cluster id
+        return r.i32()
     finally:
         conn.sock.close()
 
@@ -261,3 +283,73 @@ class QuorumTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class CombinedQuorumTest(unittest.TestCase):
+    """Three nodes that each run broker and controller (Kafka's combined mode)."""
+
+    def setUp(self):
+        ports = [free_port() for _ in range(3)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
+        common = {
+            "controller.quorum.voters": voters,
+            "controller.quorum.election.timeout.ms": str(ELECTION_TIMEOUT_MS),
+        }
+        self.nodes = [Node(common, node_id=i) for i in (1, 2, 3)]
+        try:
+            for n in self.nodes:
+                n.start(wait=False)
+            for n in self.nodes:
+                n.wait_ready(timeout=60)
+        except Exception:
+            self.tearDown()
+            raise
+
+    def tearDown(self):
+        errors = []
+        for n in self.nodes:
+            try:
+                n.cleanup()
+            except Exception as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def controller_seen_by(self, node):
+        """(Metadata's controller id, DescribeCluster's) as `node`'s broker answers them."""
+        admin = AdminClient({"bootstrap.servers": node.bootstrap})
+        return (admin.list_topics(timeout=10).controller_id,
+                describe_cluster_controller(node.bootstrap))
+
+    def wait_all_name(self, nodes, leader, timeout):
+        def named():
+            return all(self.controller_seen_by(n) == (leader, leader) for n in nodes)
+
+        wait_until(named, timeout, f"every broker naming controller {leader}")
+
+    def quorum_leader(self, node, not_id=None):
+        found = {}
+
+        def known():
+            error, leader, epoch, _hw, _voters, _obs = describe_quorum(node.bootstrap)
+            if error == 0 and leader > 0 and leader != not_id:
+                found["v"] = (leader, epoch)
+                return True
+            return False
+
+        wait_until(known, 30, "a quorum leader")
+        return found["v"]
+
+    def test_brokers_name_the_active_controller_and_follow_a_failover(self):
+        leader, epoch = self.quorum_leader(self.nodes[0])
+        self.wait_all_name(self.nodes, leader, 10)
+
+        victim = self.nodes[leader - 1]
+        old_pid = victim.kill_role("controllerd")
+        others = [n for n in self.nodes if n is not victim]
+        new_leader, new_epoch = self.quorum_leader(others[0], not_id=leader)
+        self.assertGreater(new_epoch, epoch)
+        # The new leader's first entry reaches every broker with its id.
+        self.wait_all_name(others, new_leader, ELECTION_TIMEOUT_MS / 1000 + 5)
+        victim.wait_role_restarted("controllerd", old_pid)
+        self.wait_all_name(self.nodes, new_leader, 30)

@@ -105,6 +105,39 @@ TEST(MetadataCacheTest, AnOlderSnapshotIsSkippedAndItsDeltasCatchUp) {
   EXPECT_EQ(cache.offset(), 10);
 }
 
+TEST(MetadataCacheTest, FollowsTheActiveControllerByEpoch) {
+  MetadataCache cache;
+  EXPECT_EQ(cache.active_controller(), -1);
+  MetadataUpdate snap = Update(3, true);
+  snap.set_leader_id(2);
+  snap.set_leader_epoch(5);
+  ASSERT_TRUE(cache.Apply(snap));
+  EXPECT_EQ(cache.active_controller(), 2);
+
+  // An update without a leader (its controller knew none) keeps the one known.
+  ASSERT_TRUE(cache.Apply(Update(4, false)));
+  EXPECT_EQ(cache.active_controller(), 2);
+  // A controller that still believes in an older leader does not move it back.
+  MetadataUpdate stale = Update(5, false);
+  stale.set_leader_id(1);
+  stale.set_leader_epoch(4);
+  ASSERT_TRUE(cache.Apply(stale));
+  EXPECT_EQ(cache.active_controller(), 2);
+  // A new leader's epoch moves it, even on a delta the cache holds back.
+  MetadataUpdate newer = Update(9, false);
+  newer.set_leader_id(3);
+  newer.set_leader_epoch(6);
+  EXPECT_FALSE(cache.Apply(newer));
+  EXPECT_EQ(cache.active_controller(), 3);
+  EXPECT_EQ(cache.offset(), 5);
+  // Node 0 is a valid leader id.
+  MetadataUpdate zero = Update(6, false);
+  zero.set_leader_id(0);
+  zero.set_leader_epoch(7);
+  ASSERT_TRUE(cache.Apply(zero));
+  EXPECT_EQ(cache.active_controller(), 0);
+}
+
 TEST(MetadataCacheTest, WaitersRunAfterTheNextUpdate) {
   MetadataCache cache;
   int runs = 0;

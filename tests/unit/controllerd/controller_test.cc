@@ -581,6 +581,10 @@ TEST_F(ControllerTest, WatcherGetsImageThenDeltasAndCatchUp) {
   EXPECT_TRUE((*first)->is_snapshot());
   EXPECT_EQ((*first)->offset(), c->Image().offset());
   EXPECT_EQ((*first)->records(0).cluster_id().cluster_id(), c->Image().cluster_id());
+  // Every update names the active controller: this single voter, in its first term.
+  ASSERT_TRUE((*first)->has_leader_id());
+  EXPECT_EQ((*first)->leader_id(), 7);
+  EXPECT_EQ((*first)->leader_epoch(), 1);
   int64_t last = (*first)->offset();
 
   ASSERT_EQ(Create(*c, Topic("w", 2, 1)).error_code(), kNone);
@@ -590,6 +594,7 @@ TEST_F(ControllerTest, WatcherGetsImageThenDeltasAndCatchUp) {
   EXPECT_EQ((*delta)->offset(), last + 1);
   ASSERT_EQ((*delta)->records_size(), 3);
   EXPECT_EQ((*delta)->records(0).topic().name(), "w");
+  EXPECT_EQ((*delta)->leader_id(), 7);
   auto none = (*w)->Next(std::chrono::milliseconds(1));
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(*none, nullptr);
@@ -605,6 +610,7 @@ TEST_F(ControllerTest, WatcherGetsImageThenDeltasAndCatchUp) {
     ASSERT_TRUE(u.ok() && *u);
     EXPECT_FALSE((*u)->is_snapshot());
     EXPECT_EQ((*u)->offset(), want);
+    EXPECT_EQ((*u)->leader_id(), 7);
   }
   // From beyond the end: a fresh image.
   auto w3 = c->Watch(c->Image().offset() + 100);
