@@ -126,10 +126,16 @@ void Broker::StopLoop() {
   });
 }
 
-Status Broker::Start() {
+Status Broker::Start(const std::atomic<bool>& stop) {
+  stop_requested_ = &stop;
   RUNNEL_ASSIGN_OR_RETURN(std::vector<config::Listener> listeners,
                           config::ParseListeners(config_.Raw("listeners")));
   RUNNEL_RETURN_IF_ERROR(server_.Listen(listeners));
+  // Answering from now on, so the supervisor sees a broker waiting for its controllers
+  // rather than one that does not start.
+  std::string socket = grpcutil::SocketPath(config_.GetString("runnel.run.dir"), "brokerd");
+  RUNNEL_ASSIGN_OR_RETURN(grpc_server_,
+                          grpcutil::StartUnixServer(socket, {&admin_}, /*serving=*/false));
 
   // Advertise `advertised.listeners`, else `listeners` with the ports actually bound.
   std::vector<config::Listener> advertised = listeners;
@@ -158,8 +164,8 @@ Status Broker::Start() {
   if (std::string rack = config_.GetString("broker.rack"); !rack.empty()) reg.set_rack(rack);
 
   runnel::controller::RegisterBrokerResponse reg_resp;
-  grpc::Status st = controller_.RegisterBrokerBlocking(
-      reg, std::chrono::system_clock::now() + std::chrono::seconds(30), &reg_resp);
+  grpc::Status st = controller_.RegisterBrokerBlocking(reg, stop, &reg_resp);
+  if (stop.load()) return absl::OkStatus();  // Run() stops at once
   if (!st.ok()) {
     return absl::UnavailableError(
         fmt::format("cannot register with the controller: {}", st.error_message()));
@@ -173,9 +179,6 @@ Status Broker::Start() {
   registration_ = std::move(reg);
   broker_epoch_ = reg_resp.broker_epoch();
 
-  std::string socket = grpcutil::SocketPath(config_.GetString("runnel.run.dir"), "brokerd");
-  RUNNEL_ASSIGN_OR_RETURN(grpc_server_, grpcutil::StartUnixServer(socket, {&admin_}));
-  grpcutil::SetServing(*grpc_server_, false);
   partitions_.OnEveryChange([this] {
     reconciler_.Kick();
     // Shards follow which __consumer_offsets logs exist, not their offsets: skip the
@@ -303,6 +306,11 @@ int Broker::Run() {
   sigint_.data = this;
   uv_signal_start(&sigterm_, on_signal, SIGTERM);
   uv_signal_start(&sigint_, on_signal, SIGINT);
+  // A signal that came before these handlers took over.
+  if (stop_requested_ != nullptr && stop_requested_->load()) {
+    Log()->info("stop requested during start-up, shutting down");
+    StopLoop();
+  }
   loop_.Run();
   controller_.Stop();
   storage_.Stop();

@@ -7,6 +7,7 @@
 // one thread follows controllerd's metadata stream and posts each update to the loop.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -44,10 +45,12 @@ class Broker {
   explicit Broker(const config::Config& config);
   ~Broker();
 
-  // Listens, registers with the controller, starts following the metadata and the gRPC
-  // health service. Blocking; call before Run().
-  Status Start();
-  // Runs the loop until SIGTERM/SIGINT, then shuts down. Returns the exit code.
+  // Listens, starts the gRPC health service (NOT_SERVING), registers with the controller
+  // (waiting as long as it takes for a quorum, unless `stop` is set: a signal during
+  // start-up), and starts following the metadata. Blocking; call before Run().
+  Status Start(const std::atomic<bool>& stop);
+  // Runs the loop until SIGTERM/SIGINT (or `stop` of Start() is set), then shuts down.
+  // Returns the exit code.
   int Run();
 
   // For tests: the port bound for each listener.
@@ -66,6 +69,7 @@ class Broker {
   void StopLoop();
 
   const config::Config& config_;
+  const std::atomic<bool>* stop_requested_ = nullptr;  // Start()'s `stop`
   int32_t node_id_;
   EventLoop loop_;
   MetadataCache metadata_;

@@ -108,21 +108,62 @@ void ControllerClient::BrokerHeartbeat(const runnel::controller::BrokerHeartbeat
 #undef RUNNEL_ASYNC_CALL
 
 grpc::Status ControllerClient::RegisterBrokerBlocking(
-    const runnel::controller::RegisterBrokerRequest& req,
-    std::chrono::system_clock::time_point deadline,
+    const runnel::controller::RegisterBrokerRequest& req, const std::atomic<bool>& stop,
     runnel::controller::RegisterBrokerResponse* resp) {
   grpc::Status status;
   std::chrono::milliseconds backoff(50);
-  while (true) {
+  const auto started = std::chrono::steady_clock::now();
+  auto next_warning = started + std::chrono::seconds(10);
+  for (int attempt = 0;; ++attempt) {
+    // Asynchronous, so that a stop cancels an attempt stuck waiting for a quorum leader.
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::min(deadline, std::chrono::system_clock::now() + std::chrono::seconds(5)));
-    status = PickStub().RegisterBroker(&ctx, req, resp);
-    if (status.ok() || std::chrono::system_clock::now() + backoff >= deadline) return status;
-    Log()->info("controller not reachable yet ({}); retrying", status.error_message());
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    std::mutex call_mu;
+    std::condition_variable call_cv;
+    bool call_done = false;
+    PickStub().async()->RegisterBroker(&ctx, &req, resp, [&](grpc::Status s) {
+      std::lock_guard call_lock(call_mu);
+      status = std::move(s);
+      call_done = true;
+      call_cv.notify_all();
+    });
+    {
+      std::unique_lock call_lock(call_mu);
+      bool cancelled = false;
+      while (!call_done) {
+        call_cv.wait_for(call_lock, std::chrono::milliseconds(100));
+        if (!cancelled && (stop.load() || Stopping())) {
+          cancelled = true;
+          ctx.TryCancel();  // the callback still runs, and is waited for
+        }
+      }
+    }
+    if (status.ok() || stop.load() || Stopping()) return status;
+    // The first failures are the usual start-up race; then a line every 30 s.
+    auto now = std::chrono::steady_clock::now();
+    if (attempt == 0) {
+      Log()->info("controller not reachable yet ({}); retrying", status.error_message());
+    } else if (now >= next_warning) {
+      next_warning = now + std::chrono::seconds(30);
+      Log()->warn("still no controller quorum to register with after {} s ({}); retrying",
+                  std::chrono::duration_cast<std::chrono::seconds>(now - started).count(),
+                  status.error_message());
+    }
+    // A signal handler sets `stop` and cannot notify: look at it every 100 ms.
+    const auto retry_at = now + backoff;
     std::unique_lock lock(mu_);
-    if (cv_.wait_for(lock, backoff, [this] { return stopping_; })) return status;
+    while (std::chrono::steady_clock::now() < retry_at) {
+      if (stopping_ || stop.load()) return status;
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+    }
+    if (stopping_ || stop.load()) return status;
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
+}
+
+bool ControllerClient::Stopping() {
+  std::lock_guard lock(mu_);
+  return stopping_;
 }
 
 void ControllerClient::StartWatch(

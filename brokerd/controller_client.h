@@ -66,9 +66,10 @@ class ControllerClient {
                        Done<runnel::controller::BrokerHeartbeatResponse> done);
 
   // Blocking, for start-up only (not on the loop): registers this broker, retrying while
-  // the controller is unreachable, until `deadline`.
+  // no controller answers (a quorum still forming), until `stop` is set or Stop() is called.
+  // The last error then.
   grpc::Status RegisterBrokerBlocking(const runnel::controller::RegisterBrokerRequest& req,
-                                      std::chrono::system_clock::time_point deadline,
+                                      const std::atomic<bool>& stop,
                                       runnel::controller::RegisterBrokerResponse* resp);
 
   // Starts the watch thread. `apply` runs on the loop for each update, in log order.
@@ -80,6 +81,7 @@ class ControllerClient {
 
  private:
   void WatchLoop();
+  bool Stopping();
   // The controller a new call goes to: the first whose channel is not in TRANSIENT_FAILURE,
   // else the one after the last pick (so every controller gets tried in turn).
   runnel::controller::ControllerService::Stub& PickStub();

@@ -118,14 +118,19 @@ StatusOr<std::unique_ptr<Application>> Application::Start(const config::Config& 
         "(voters {})",
         app->tcp_address_, node_id, config.Raw("controller.quorum.voters"));
   }
+  // Up at once, NOT_SERVING until the quorum has committed the cluster id: the supervisor
+  // waits for a controller that answers, however long its quorum takes to form.
+  RUNNEL_ASSIGN_OR_RETURN(app->server_, grpcutil::StartUnixServer(app->socket_path_,
+                                                                  {app->service_.get()},
+                                                                  /*serving=*/false));
   app->ready_thread_ = std::thread([a = app.get()] { a->ServeWhenReady(); });
   return app;
 }
 
 void Application::ServeWhenReady() {
   auto logger = log::Get("controllerd");
-  bool waited_long = false;
-  const auto started = std::chrono::steady_clock::now();
+  // Said after 10 s, then every 30 s: a quorum can take as long as its other voters do.
+  auto next_warning = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (true) {
     {
       std::unique_lock<std::mutex> lock(ready_mu_);
@@ -134,8 +139,8 @@ void Application::ServeWhenReady() {
     Status st = controller_->WaitForClusterId(std::chrono::steady_clock::now() +
                                               std::chrono::milliseconds(200));
     if (st.ok()) break;
-    if (!waited_long && std::chrono::steady_clock::now() - started > std::chrono::seconds(10)) {
-      waited_long = true;
+    if (std::chrono::steady_clock::now() >= next_warning) {
+      next_warning += std::chrono::seconds(30);
       logger->warn(
           "still waiting for the controller quorum to elect a leader and commit the "
           "cluster's first entries ({})",
@@ -146,14 +151,6 @@ void Application::ServeWhenReady() {
   }
   std::unique_lock<std::mutex> lock(ready_mu_);
   if (stopping_) return;
-  StatusOr<std::unique_ptr<grpc::Server>> server =
-      grpcutil::StartUnixServer(socket_path_, {service_.get()});
-  if (!server.ok()) {
-    logger->critical("cannot serve on unix:{}: {}", socket_path_, server.status().message());
-    RaiseFatal();
-    return;
-  }
-  server_ = std::move(*server);
   grpcutil::SetServing(*server_, true);
   logger->info("serving ControllerService on unix:{} as controller {}", socket_path_,
                controller_->node_id());

@@ -47,7 +47,7 @@ class Application {
 
  private:
   Application() = default;
-  // The ready thread: waits for the cluster id, then starts the Unix socket server.
+  // The ready thread: waits for the cluster id, then sets the Unix socket server SERVING.
   void ServeWhenReady();
 
   std::string socket_path_;
@@ -57,7 +57,7 @@ class Application {
   std::unique_ptr<RaftServiceImpl> raft_service_;
   std::unique_ptr<ControllerServiceImpl> service_;
   std::unique_ptr<grpc::Server> tcp_server_;
-  std::unique_ptr<grpc::Server> server_;  // the Unix socket's, set by the ready thread
+  std::unique_ptr<grpc::Server> server_;  // the Unix socket's: NOT_SERVING until the cluster id
 
   std::mutex ready_mu_;
   std::condition_variable ready_cv_;

@@ -22,8 +22,10 @@ int64_t MillisBetween(TimePoint from, TimePoint to) {
 
 }  // namespace
 
-bool GrpcHealthProbe::IsServing(const RoleSpec& spec) {
-  return grpcutil::CheckServing(spec.socket_path, deadline_).ok();
+Readiness GrpcHealthProbe::Check(const RoleSpec& spec) {
+  StatusOr<bool> serving = grpcutil::HealthCheck(spec.socket_path, deadline_);
+  if (!serving.ok()) return Readiness::kNoAnswer;
+  return *serving ? Readiness::kServing : Readiness::kWaiting;
 }
 
 SupervisorOptions SupervisorOptions::FromConfig(const config::Config& config) {
@@ -114,6 +116,7 @@ void Supervisor::Spawn(Role& role, TimePoint now) {
   role.deadline = now + options_.ready_timeout;
   role.next_probe = now + options_.probe_interval;
   role.kill_sent = false;
+  role.waiting = false;
   if (role.restarts == 0) {
     Log()->info("started {} (pid {})", role.spec.DisplayName(), role.pid);
   } else {
@@ -124,13 +127,26 @@ void Supervisor::Spawn(Role& role, TimePoint now) {
 
 void Supervisor::ProbeStarting(Role& role, TimePoint now) {
   if (role.state != RoleState::kStarting || now < role.next_probe) return;
-  if (probe_->IsServing(role.spec)) {
+  Readiness readiness = probe_->Check(role.spec);
+  if (readiness == Readiness::kServing) {
     MarkServing(role, clock_->Now());
     return;
   }
   // The probe itself takes time; judge the deadline after it.
   now = clock_->Now();
   if (now < role.deadline) {
+    role.next_probe = now + options_.probe_interval;
+    return;
+  }
+  // A role that answers is alive: one waiting for other nodes (a controller quorum still
+  // forming, say) is waited for, as Kafka's processes wait. Only silence is a failure.
+  if (readiness == Readiness::kWaiting) {
+    if (!role.waiting) {
+      role.waiting = true;
+      Log()->warn("{} (pid {}) is up but not serving after {} ms; it waits for something off "
+                  "this node (see its log), and the supervisor waits for it",
+                  role.spec.DisplayName(), role.pid, MillisBetween(role.started_at, now));
+    }
     role.next_probe = now + options_.probe_interval;
     return;
   }

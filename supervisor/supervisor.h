@@ -42,18 +42,24 @@ class SteadyTimeSource final : public TimeSource {
   TimePoint Now() const override { return Clock::now(); }
 };
 
+// What one readiness check of a starting role found.
+enum class Readiness {
+  kServing,   // grpc.health.v1 answered SERVING
+  kWaiting,   // answered NOT_SERVING: up, and waiting for something off this node (a quorum)
+  kNoAnswer,  // no answer (not listening yet, hung, or gone)
+};
+
 class HealthProbe {
  public:
   virtual ~HealthProbe() = default;
-  // One readiness check: true when the role answers grpc.health.v1 SERVING.
-  virtual bool IsServing(const RoleSpec& spec) = 0;
+  virtual Readiness Check(const RoleSpec& spec) = 0;
 };
 
-// Asks the role's Unix socket with grpcutil::CheckServing.
+// Asks the role's Unix socket with grpcutil::HealthCheck.
 class GrpcHealthProbe final : public HealthProbe {
  public:
   explicit GrpcHealthProbe(Millis deadline) : deadline_(deadline) {}
-  bool IsServing(const RoleSpec& spec) override;
+  Readiness Check(const RoleSpec& spec) override;
 
  private:
   Millis deadline_;
@@ -134,6 +140,7 @@ class Supervisor {
     TimePoint deadline{};    // ready deadline, restart time or stop deadline, by state
     TimePoint next_probe{};  // kStarting only
     bool kill_sent = false;  // kStopping only: SIGKILL already sent
+    bool waiting = false;    // kStarting only: past its ready deadline, answering NOT_SERVING
     int restarts = 0;
     int consecutive_failures = 0;
     std::string last_exit;

@@ -268,7 +268,8 @@ std::vector<KeyDef> Declare() {
       {"runnel.supervisor.stop.timeout.ms", KeyType::kInt, "10000", 1, 3600000,
        "Time a role has to exit after SIGTERM before it gets SIGKILL."},
       {"runnel.supervisor.ready.timeout.ms", KeyType::kInt, "30000", 1, 3600000,
-       "Time a role has to report SERVING over grpc.health.v1 at start."},
+       "Time a role has to answer grpc.health.v1 at start. One that answers NOT_SERVING "
+       "(waiting for its controller quorum) is waited for as long as it takes."},
   };
   std::sort(keys.begin(), keys.end(),
             [](const KeyDef& a, const KeyDef& b) { return a.name < b.name; });

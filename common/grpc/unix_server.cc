@@ -6,6 +6,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "proto/grpc/health/v1/health.grpc.pb.h"
@@ -24,7 +26,7 @@ std::string UnixTarget(const std::string& socket_path) {
 }
 
 StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(
-    const std::string& socket_path, const std::vector<grpc::Service*>& services) {
+    const std::string& socket_path, const std::vector<grpc::Service*>& services, bool serving) {
   if (socket_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
     return absl::InvalidArgumentError(
         fmt::format("socket path {} is too long for a Unix socket", socket_path));
@@ -32,10 +34,17 @@ StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(
   if (services.empty()) {
     return absl::InvalidArgumentError("a gRPC server needs at least one service besides health");
   }
+  // Bound here first when the health must read NOT_SERVING before anyone can connect.
+  const std::string bind_path = serving ? socket_path : socket_path + ".new";
+  if (bind_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
+    return absl::InvalidArgumentError(
+        fmt::format("socket path {} is too long for a Unix socket", bind_path));
+  }
   ::unlink(socket_path.c_str());
+  ::unlink(bind_path.c_str());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(UnixTarget(socket_path), grpc::InsecureServerCredentials());
+  builder.AddListeningPort(UnixTarget(bind_path), grpc::InsecureServerCredentials());
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
   for (grpc::Service* s : services) builder.RegisterService(s);
@@ -43,8 +52,15 @@ StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(
   if (server == nullptr) {
     return absl::UnavailableError(fmt::format("cannot listen on unix:{}", socket_path));
   }
-  if (::chmod(socket_path.c_str(), 0660) != 0) {
-    return absl::PermissionDeniedError(fmt::format("chmod 0660 {} failed", socket_path));
+  if (::chmod(bind_path.c_str(), 0660) != 0) {
+    return absl::PermissionDeniedError(fmt::format("chmod 0660 {} failed", bind_path));
+  }
+  if (!serving) {
+    SetServing(*server, false);
+    if (::rename(bind_path.c_str(), socket_path.c_str()) != 0) {
+      return absl::UnavailableError(
+          fmt::format("cannot rename {} to {}: {}", bind_path, socket_path, std::strerror(errno)));
+    }
   }
   return server;
 }
@@ -61,7 +77,7 @@ std::shared_ptr<grpc::Channel> UnixChannel(const std::string& socket_path) {
                                    args);
 }
 
-Status CheckServing(const std::string& socket_path, std::chrono::milliseconds deadline) {
+StatusOr<bool> HealthCheck(const std::string& socket_path, std::chrono::milliseconds deadline) {
   auto stub = grpc::health::v1::Health::NewStub(UnixChannel(socket_path));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + deadline);
@@ -69,9 +85,12 @@ Status CheckServing(const std::string& socket_path, std::chrono::milliseconds de
   grpc::health::v1::HealthCheckResponse resp;
   grpc::Status st = stub->Check(&ctx, req, &resp);
   if (!st.ok()) return FromGrpc(st);
-  if (resp.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
-    return absl::UnavailableError("not serving yet");
-  }
+  return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+Status CheckServing(const std::string& socket_path, std::chrono::milliseconds deadline) {
+  RUNNEL_ASSIGN_OR_RETURN(bool serving, HealthCheck(socket_path, deadline));
+  if (!serving) return absl::UnavailableError("not serving yet");
   return absl::OkStatus();
 }
 

@@ -22,8 +22,11 @@ std::string UnixTarget(const std::string& socket_path);
 // standard health service, then sets the socket's mode to 0660. A stale socket file
 // from a dead process is removed first. `services` must not be empty: gRPC's built-in health
 // service alone gives the server no completion queue to poll, and it refuses to start.
+// With `serving` false the health is NOT_SERVING from the first connection on (the socket
+// is bound under a temporary name and renamed once the status is set).
 StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(
-    const std::string& socket_path, const std::vector<grpc::Service*>& services);
+    const std::string& socket_path, const std::vector<grpc::Service*>& services,
+    bool serving = true);
 
 // Sets the overall health of `server` (the "" service) to SERVING or NOT_SERVING.
 void SetServing(grpc::Server& server, bool serving);
@@ -33,5 +36,8 @@ std::shared_ptr<grpc::Channel> UnixChannel(const std::string& socket_path);
 
 // Asks grpc.health.v1.Health/Check once; OK when the answer is SERVING.
 Status CheckServing(const std::string& socket_path, std::chrono::milliseconds deadline);
+// Asks grpc.health.v1.Health/Check once: whether the answer is SERVING, or the error when
+// there is no answer.
+StatusOr<bool> HealthCheck(const std::string& socket_path, std::chrono::milliseconds deadline);
 
 }  // namespace runnel::grpcutil

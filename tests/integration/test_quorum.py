@@ -353,3 +353,65 @@ class CombinedQuorumTest(unittest.TestCase):
         self.wait_all_name(others, new_leader, ELECTION_TIMEOUT_MS / 1000 + 5)
         victim.wait_role_restarted("controllerd", old_pid)
         self.wait_all_name(self.nodes, new_leader, 30)
+
+
+class StaggeredStartTest(unittest.TestCase):
+    """Nodes of one cluster started minutes apart, as operators do: a node whose quorum is
+    not there yet waits (its roles answer NOT_SERVING) instead of failing its start-up."""
+
+    def setUp(self):
+        ports = [free_port() for _ in range(3)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
+        common = {
+            "controller.quorum.voters": voters,
+            "controller.quorum.election.timeout.ms": str(ELECTION_TIMEOUT_MS),
+            "runnel.supervisor.ready.timeout.ms": "1000",
+        }
+        self.combined = Node(common, node_id=1)
+        self.controllers = [Node({**common, "process.roles": "controller"}, node_id=i)
+                            for i in (2, 3)]
+        self.broker_only = Node({**common, "process.roles": "broker"}, node_id=4)
+        self.nodes = [self.combined, *self.controllers, self.broker_only]
+
+    def tearDown(self):
+        errors = []
+        for n in self.nodes:
+            try:
+                n.cleanup()
+            except Exception as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def test_a_node_waits_past_the_ready_timeout_for_its_quorum(self):
+        self.combined.start(wait=False)
+        self.broker_only.start(wait=False)
+        # Four times the ready timeout with one voter of three: both nodes wait.
+        time.sleep(4)
+        for node, role in ((self.combined, "controllerd"), (self.broker_only, "brokerd")):
+            self.assertIsNone(node.proc.poll(), node.log())
+            self.assertEqual(node.status()[role]["state"], "starting", node.log())
+        # The roles after controllerd start once it serves.
+        self.assertEqual(self.combined.status()["brokerd"]["state"], "stopped")
+
+        # A waiting node stops at once on SIGTERM.
+        started = time.monotonic()
+        self.assertEqual(self.broker_only.stop(), 0, self.broker_only.log())
+        self.assertLess(time.monotonic() - started, 8)
+
+        # A second voter makes a majority: node 1 finishes starting by itself.
+        self.controllers[0].start(wait=False)
+        self.combined.wait_ready(timeout=60)
+        self.controllers[0].wait_ready(timeout=60)
+        self.broker_only.start(wait=False)
+        self.broker_only.wait_ready(timeout=60)
+
+        admin = AdminClient({"bootstrap.servers": self.broker_only.bootstrap})
+        futures = admin.create_topics([NewTopic("staggered", 2, 1)], operation_timeout=10)
+        futures["staggered"].result(timeout=15)
+        brokers = set(admin.list_topics(timeout=10).brokers)
+        self.assertEqual(brokers, {1, 4})
+        self.controllers[1].start(wait=False)
+        self.controllers[1].wait_ready(timeout=60)
+        _error, _leader, _epoch, _hw, voters, _obs = describe_quorum(self.combined.bootstrap)
+        self.assertEqual(set(voters), {1, 2, 3})

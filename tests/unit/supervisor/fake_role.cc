@@ -5,7 +5,8 @@
 //   (unset)           serve until SIGTERM/SIGINT, then exit 0
 //   exit:N            exit with code N at once, before serving
 //   exit-after:MS:N   serve, then exit with code N after MS ms
-//   never-ready       serve, but report NOT_SERVING
+//   never-ready       serve, but report NOT_SERVING (waiting for something off the node)
+//   silent            listen on the socket, but never answer (hung)
 //   ready-after:MS    report NOT_SERVING for MS ms, then SERVING
 //   ignore-term       serve, and ignore SIGTERM/SIGINT (only SIGKILL ends it)
 // When FAKE_ROLE_EVENTS names a file, one line per event is appended to it:
@@ -17,6 +18,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -101,6 +104,7 @@ int main(int argc, char** argv) {
 
   bool ready = true;
   bool ignore_term = false;
+  bool silent = false;
   SteadyClock::time_point ready_at{}, exit_at = SteadyClock::time_point::max();
   int exit_code = 0;
   if (mode.rfind("exit:", 0) == 0) {
@@ -118,6 +122,10 @@ int main(int argc, char** argv) {
   } else if (mode.rfind("ready-after:", 0) == 0) {
     ready = false;
     ready_at = SteadyClock::now() + std::chrono::milliseconds(std::atoi(mode.c_str() + 12));
+  } else if (mode == "silent") {
+    ready = false;
+    silent = true;
+    ready_at = SteadyClock::time_point::max();
   } else if (mode == "ignore-term") {
     ignore_term = true;
   } else if (!mode.empty()) {
@@ -128,11 +136,26 @@ int main(int argc, char** argv) {
   // gRPC's default health service only runs in a server with at least one synchronous
   // service, so register one whose methods all answer UNIMPLEMENTED.
   runnel::supervisor::SupervisorAdmin::Service placeholder;
-  auto server = runnel::grpcutil::StartUnixServer(runnel::grpcutil::SocketPath(run_dir, role),
-                                                  {&placeholder});
-  if (!server.ok()) return Fail(std::string(server.status().message()));
-  runnel::grpcutil::SetServing(**server, ready);
-  if (ready) Event("serving");
+  const std::string socket_path = runnel::grpcutil::SocketPath(run_dir, role);
+  std::unique_ptr<grpc::Server> server;
+  if (silent) {
+    // Connections are queued by the kernel and never accepted: no answer, ever.
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket_path.c_str());
+    ::unlink(socket_path.c_str());
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(fd, 16) != 0) {
+      return Fail("cannot listen on " + socket_path);
+    }
+  } else {
+    auto started = runnel::grpcutil::StartUnixServer(socket_path, {&placeholder});
+    if (!started.ok()) return Fail(std::string(started.status().message()));
+    server = std::move(*started);
+    runnel::grpcutil::SetServing(*server, ready);
+    if (ready) Event("serving");
+  }
 
   const auto give_up = SteadyClock::now() + std::chrono::seconds(120);
   timespec tick{0, 20 * 1000 * 1000};
@@ -145,7 +168,7 @@ int main(int argc, char** argv) {
     }
     if (!ready && now >= ready_at) {
       ready = true;
-      runnel::grpcutil::SetServing(**server, true);
+      runnel::grpcutil::SetServing(*server, true);
       Event("serving");
     }
     if (now >= exit_at) {
@@ -153,7 +176,7 @@ int main(int argc, char** argv) {
       std::_Exit(exit_code);
     }
   }
-  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   Event("exit", "code=0");
   return 0;
 }

@@ -380,8 +380,8 @@ TEST_F(SupervisorProcessTest, StartupFailureNamesTheRole) {
   EXPECT_FALSE(std::filesystem::exists(run_dir_ + "/runnel.pid"));
 }
 
-TEST_F(SupervisorProcessTest, RoleNeverReadyFailsStartup) {
-  env_["FAKE_ROLE_BROKERD"] = "never-ready";
+TEST_F(SupervisorProcessTest, RoleThatNeverAnswersFailsStartup) {
+  env_["FAKE_ROLE_BROKERD"] = "silent";
   WriteConfig("runnel.supervisor.ready.timeout.ms=600\n");
   StartNode();
   ASSERT_TRUE(node_.Wait()) << node_.Err();
@@ -389,6 +389,21 @@ TEST_F(SupervisorProcessTest, RoleNeverReadyFailsStartup) {
   EXPECT_NE(node_.Err().find("runnel-brokerd"), std::string::npos) << node_.Err();
   EXPECT_NE(node_.Err().find("did not become ready within 600 ms"), std::string::npos)
       << node_.Err();
+  EXPECT_EQ(Sequence({"term"}),
+            (std::vector<std::string>{"term brokerd", "term storaged", "term controllerd"}));
+}
+
+TEST_F(SupervisorProcessTest, RoleThatAnswersNotServingIsWaitedForPastTheTimeout) {
+  env_["FAKE_ROLE_BROKERD"] = "never-ready";
+  WriteConfig("runnel.supervisor.ready.timeout.ms=300\n");
+  StartNode();
+  // Five times the ready timeout: still up, brokerd still given time.
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_FALSE(node_.Wait(0ms)) << node_.Err();
+  EXPECT_NE(node_.Err().find("runnel-brokerd"), std::string::npos) << node_.Err();
+  EXPECT_NE(node_.Err().find("is up but not serving"), std::string::npos) << node_.Err();
+  EXPECT_TRUE(Sequence({"term"}).empty());
+  StopNode();
   EXPECT_EQ(Sequence({"term"}),
             (std::vector<std::string>{"term brokerd", "term storaged", "term controllerd"}));
 }

@@ -65,11 +65,13 @@ class FakeLauncher final : public ProcessLauncher {
 
 class FakeProbe final : public HealthProbe {
  public:
-  bool IsServing(const RoleSpec& spec) override {
+  Readiness Check(const RoleSpec& spec) override {
     ++probes[spec.name];
-    return serving.count(spec.name) > 0;
+    if (serving.count(spec.name) > 0) return Readiness::kServing;
+    return waiting.count(spec.name) > 0 ? Readiness::kWaiting : Readiness::kNoAnswer;
   }
   std::set<std::string> serving;
+  std::set<std::string> waiting;  // answer NOT_SERVING
   std::map<std::string, int> probes;
 };
 
@@ -262,6 +264,44 @@ TEST_F(SupervisorTest, RestartsDeadRoleWithDoublingBackoff) {
   Step(milliseconds(5000));
   launcher_.Exit(sup_, "brokerd", kExitCode3);
   EXPECT_EQ(sup_.NextWakeup(), clock_.Now() + milliseconds(100));
+}
+
+TEST_F(SupervisorTest, ARoleThatAnswersNotServingIsWaitedForPastTheReadyTimeout) {
+  probe_.waiting = {"controllerd"};
+  sup_.Start();
+  // Ten times the ready timeout: up, waiting for its quorum, and not given up on.
+  for (int i = 0; i < 200; ++i) Step(milliseconds(50));
+  EXPECT_TRUE(sup_.failure().empty()) << sup_.failure();
+  EXPECT_TRUE(launcher_.signals.empty());
+  EXPECT_EQ(Role("controllerd").state, RoleState::kStarting);
+  EXPECT_EQ(launcher_.spawned, std::vector<std::string>{"controllerd"});  // the next waits
+  probe_.serving = {"controllerd", "storaged", "brokerd"};
+  for (int i = 0; i < 3; ++i) Step(milliseconds(50));
+  EXPECT_EQ(sup_.Status().phase, Phase::kRunning);
+}
+
+TEST_F(SupervisorTest, AWaitingRoleThatStopsAnsweringFailsStartup) {
+  probe_.waiting = {"controllerd"};
+  sup_.Start();
+  for (int i = 0; i < 40; ++i) Step(milliseconds(50));
+  EXPECT_TRUE(sup_.failure().empty());
+  probe_.waiting.clear();  // hung, or its socket gone
+  Step(milliseconds(50));
+  EXPECT_NE(sup_.failure().find("did not become ready"), std::string::npos) << sup_.failure();
+  EXPECT_EQ(launcher_.signals, (Signals{{"controllerd", SIGTERM}}));
+}
+
+TEST_F(SupervisorTest, ARestartedRoleWaitingForItsQuorumIsNotKilled) {
+  StartAll();
+  probe_.serving.erase("controllerd");
+  probe_.waiting = {"controllerd"};
+  launcher_.Exit(sup_, "controllerd", kExitCode3);
+  for (int i = 0; i < 100; ++i) Step(milliseconds(50));
+  EXPECT_EQ(Role("controllerd").state, RoleState::kStarting);
+  EXPECT_TRUE(launcher_.signals.empty());
+  probe_.serving.insert("controllerd");
+  Step(milliseconds(50));
+  EXPECT_EQ(Role("controllerd").state, RoleState::kServing);
 }
 
 TEST_F(SupervisorTest, RestartedRoleNotReadyIsStoppedAndRestartedAgain) {

@@ -1,0 +1,64 @@
+// StartUnixServer's health at start: a server started NOT_SERVING never answers SERVING
+// before it is told to (the supervisor would take a waiting role for a ready one).
+
+#include "common/grpc/unix_server.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <string>
+
+#include "proto/runnel/raft.grpc.pb.h"
+
+namespace runnel::grpcutil {
+namespace {
+
+using namespace std::chrono_literals;
+
+class UnixServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/rnl-unix-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir), nullptr);
+    root_ = dir;
+    socket_ = root_ + "/role.sock";
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  std::string root_, socket_;
+  // Any service will do: the server needs one besides health.
+  runnel::raftpb::RaftService::Service service_;
+};
+
+TEST_F(UnixServerTest, StartsServingByDefault) {
+  auto server = StartUnixServer(socket_, {&service_});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto serving = HealthCheck(socket_, 5s);
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  EXPECT_TRUE(*serving);
+  (*server)->Shutdown();
+}
+
+TEST_F(UnixServerTest, StartedNotServingAnswersNotServingUntilSet) {
+  auto server = StartUnixServer(socket_, {&service_}, /*serving=*/false);
+  ASSERT_TRUE(server.ok()) << server.status();
+  // Bound under the final name, with the temporary one gone.
+  EXPECT_TRUE(std::filesystem::is_socket(socket_));
+  EXPECT_FALSE(std::filesystem::exists(socket_ + ".new"));
+  auto serving = HealthCheck(socket_, 5s);
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  EXPECT_FALSE(*serving);
+  EXPECT_FALSE(CheckServing(socket_, 5s).ok());
+  SetServing(**server, true);
+  EXPECT_TRUE(CheckServing(socket_, 5s).ok());
+  (*server)->Shutdown();
+}
+
+TEST_F(UnixServerTest, NoServerIsNoAnswer) {
+  auto serving = HealthCheck(socket_, 500ms);
+  EXPECT_FALSE(serving.ok());
+}
+
+}  // namespace
+}  // namespace runnel::grpcutil
