@@ -984,10 +984,22 @@ void Controller::AddFenceRecordsLocked(int32_t broker_id,
   rec->set_fenced(true);
   for (const auto& [name, topic] : image_.topics()) {
     for (const auto& [index, p] : topic.partitions) {
-      if (p.leader() != broker_id) continue;
+      const bool in_isr = std::find(p.isr().begin(), p.isr().end(), broker_id) != p.isr().end();
       std::vector<int32_t> others;
       for (int32_t b : p.isr()) {
         if (b != broker_id) others.push_back(b);
+      }
+      if (p.leader() != broker_id) {
+        // A follower leaves the ISR, as in Kafka; the leader epoch stays. Unfencing does not
+        // add it back: the partition leader's ISR expansion does (AlterPartition, which
+        // comes with replication).
+        if (!in_isr || others.empty()) continue;
+        metadata::PartitionRecord* next = batch->add_records()->mutable_partition();
+        *next = p;
+        next->clear_isr();
+        for (int32_t b : others) next->add_isr(b);
+        next->set_partition_epoch(p.partition_epoch() + 1);
+        continue;
       }
       int32_t leader = -1;
       for (int32_t b : others) {

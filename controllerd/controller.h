@@ -177,9 +177,10 @@ class Controller final : private Quorum::StateMachine {
   void FenceExpiredBrokers();
   void FenceBroker(int32_t broker_id);
   bool SessionExpiredLocked(int32_t broker_id, std::chrono::steady_clock::time_point now);
-  // The records of fencing `broker_id`: its registration with fenced = true, and for each
+  // The records of fencing `broker_id`: its registration with fenced = true; for each
   // partition it leads a new leader, the first unfenced other ISR member (the broker leaves
-  // the ISR), or none (-1, the ISR kept: the broker leads again when it comes back).
+  // the ISR), or none (-1, the ISR kept: the broker leads again when it comes back); and each
+  // partition it follows in the ISR without it.
   void AddFenceRecordsLocked(int32_t broker_id, metadata::MetadataRecordBatch* batch) const;
   // PartitionRecords giving `broker_id` back every leaderless partition whose ISR has it.
   void AddLeaderReturnsLocked(int32_t broker_id, metadata::MetadataRecordBatch* batch) const;

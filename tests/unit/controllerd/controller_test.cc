@@ -1236,11 +1236,12 @@ TEST_F(SessionTest, SilentBrokerIsFencedAndItsPartitionsMoveToTheOtherIsrMember)
             std::vector<int32_t>({1, 2}));
   EXPECT_EQ(p0.leader_epoch(), 1);
   EXPECT_EQ(p0.partition_epoch(), 1);
-  // A partition the fenced broker only follows is not changed.
+  // A partition the fenced broker follows keeps its leader and loses it from the ISR.
   metadata::PartitionRecord p1 = Partition(*c, "t", 1);
   EXPECT_EQ(p1.leader(), 2);
-  EXPECT_EQ(Isr(p1), std::vector<int32_t>({2, 1}));
+  EXPECT_EQ(Isr(p1), std::vector<int32_t>({2}));
   EXPECT_EQ(p1.leader_epoch(), 0);
+  EXPECT_EQ(p1.partition_epoch(), 1);
 
   // New replicas avoid the fenced broker.
   auto r = Create(*c, Topic("u", 4, 2));
