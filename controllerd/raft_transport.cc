@@ -2,12 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "common/log/log.h"
@@ -48,6 +50,107 @@ size_t MessageBytes(const raft::Message& m) {
   for (const raft::Entry& e : m.entries) n += 24 + e.data.size();
   return n;
 }
+
+// The valid messages of a batch from `from` to `self`; a message this version does not know
+// is dropped (Raft treats it as lost), and so is one whose ends do not match the batch's.
+std::vector<raft::Message> ValidMessages(const raftpb::RaftBatch& batch, raft::NodeId self) {
+  std::vector<raft::Message> messages;
+  messages.reserve(batch.messages_size());
+  for (const raftpb::Message& p : batch.messages()) {
+    StatusOr<raft::Message> m = FromProto(p);
+    if (!m.ok() || m->to != self || m->from != batch.from()) continue;
+    messages.push_back(std::move(*m));
+  }
+  return messages;
+}
+
+// Reconnecting an observer's Attach stream: quick after a voter restarts, capped while it is
+// down.
+constexpr std::chrono::milliseconds kAttachBackoffMin(50);
+constexpr std::chrono::milliseconds kAttachBackoffMax(1000);
+// How often an Attach call on a voter with nothing to send checks whether it was cancelled.
+constexpr std::chrono::milliseconds kAttachCancelPoll(100);
+
+// The messages waiting for one destination (a peer's Deliver sender or an observer's Attach
+// stream): bounded in count and bytes, taken out in batches of at most batch_max_bytes (at
+// least one message), in order. Push never blocks: a full queue drops the new message.
+class SendQueue {
+ public:
+  SendQueue(const RaftTransportOptions& options, std::shared_ptr<std::atomic<uint64_t>> dropped)
+      : max_messages_(options.queue_max_messages),
+        max_bytes_(options.queue_max_bytes),
+        batch_max_bytes_(options.batch_max_bytes),
+        dropped_(std::move(dropped)) {}
+
+  void Push(raft::Message message) {
+    const size_t bytes = MessageBytes(message);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_ || queue_.size() >= max_messages_ ||
+          (!queue_.empty() && queued_bytes_ + bytes > max_bytes_)) {
+        ++*dropped_;
+        return;
+      }
+      queued_bytes_ += bytes;
+      queue_.push_back({std::move(message), bytes});
+    }
+    cv_.notify_one();
+  }
+
+  // Waits up to `wait` for messages and moves the oldest into `batch`; returns how many (0:
+  // stopped, or nothing came).
+  size_t Pop(raftpb::RaftBatch* batch, std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, wait, [&] { return stopped_ || !queue_.empty(); });
+    if (stopped_) return 0;
+    size_t count = 0;
+    size_t bytes = 0;
+    while (!queue_.empty() && (count == 0 || bytes + queue_.front().bytes <= batch_max_bytes_)) {
+      bytes += queue_.front().bytes;
+      queued_bytes_ -= queue_.front().bytes;
+      *batch->add_messages() = ToProto(queue_.front().message);
+      queue_.pop_front();
+      ++count;
+    }
+    return count;
+  }
+
+  // Wakes every waiter; from now on Pop returns nothing and Push drops.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  bool stopped() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stopped_;
+  }
+
+  // Sleeps `wait` unless stopped first; returns whether it is stopped.
+  bool SleepUnlessStopped(std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, wait, [&] { return stopped_; });
+  }
+
+ private:
+  struct Queued {
+    raft::Message message;
+    size_t bytes;
+  };
+
+  const size_t max_messages_;
+  const size_t max_bytes_;
+  const size_t batch_max_bytes_;
+  const std::shared_ptr<std::atomic<uint64_t>> dropped_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Queued> queue_;
+  size_t queued_bytes_ = 0;
+  bool stopped_ = false;
+};
 
 }  // namespace
 
@@ -134,6 +237,8 @@ std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address) {
 
 // ---- GrpcRaftTransport ------------------------------------------------------------------
 
+// One other voter: a Deliver sender, and on an observer a thread keeping an Attach stream
+// open to it.
 class GrpcRaftTransport::Peer {
  public:
   Peer(const RaftTransportOptions& options, raft::NodeId id, const std::string& address,
@@ -142,60 +247,43 @@ class GrpcRaftTransport::Peer {
         id_(id),
         address_(address),
         dropped_(std::move(dropped)),
+        queue_(options, dropped_),
         stub_(raftpb::RaftService::NewStub(PeerChannel(address))),
-        thread_([this] { Run(); }) {}
+        sender_([this] { RunSender(); }) {}
 
   ~Peer() {
+    queue_.Stop();
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
       if (call_ != nullptr) call_->TryCancel();
+      if (attach_call_ != nullptr) attach_call_->TryCancel();
     }
-    cv_.notify_all();
-    thread_.join();
+    sender_.join();
+    if (attacher_.joinable()) attacher_.join();
   }
 
-  void Push(raft::Message message) {
-    const size_t bytes = MessageBytes(message);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (queue_.size() >= options_.queue_max_messages ||
-          (!queue_.empty() && queued_bytes_ + bytes > options_.queue_max_bytes)) {
-        ++*dropped_;
-        return;
-      }
-      queued_bytes_ += bytes;
-      queue_.push_back({std::move(message), bytes});
-    }
-    cv_.notify_one();
+  void Push(raft::Message message) { queue_.Push(std::move(message)); }
+
+  // Keeps an Attach stream open to this peer from now on, handing what arrives to `handler`
+  // (which must outlive this Peer). Once.
+  void StartAttach(const RaftHandler* handler) {
+    attacher_ = std::thread([this, handler] { RunAttach(*handler); });
   }
 
  private:
-  struct Queued {
-    raft::Message message;
-    size_t bytes;
-  };
-
-  void Run() {
+  void RunSender() {
     while (true) {
       raftpb::RaftBatch batch;
       batch.set_from(options_.self);
       batch.set_to(id_);
-      size_t count = 0;
+      const size_t count = queue_.Pop(&batch, std::chrono::milliseconds(1000));
+      if (queue_.stopped()) return;
+      if (count == 0) continue;
       grpc::ClientContext context;
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        std::lock_guard<std::mutex> lock(mu_);
         if (stopping_) return;
-        size_t bytes = 0;
-        while (!queue_.empty() &&
-               (count == 0 || bytes + queue_.front().bytes <= options_.batch_max_bytes)) {
-          bytes += queue_.front().bytes;
-          queued_bytes_ -= queue_.front().bytes;
-          *batch.add_messages() = ToProto(queue_.front().message);
-          queue_.pop_front();
-          ++count;
-        }
         call_ = &context;
       }
       context.set_deadline(std::chrono::system_clock::now() +
@@ -218,48 +306,254 @@ class GrpcRaftTransport::Peer {
       }
       failing_ = true;
       // A peer that is down fails each call at once; pausing keeps a full queue from spinning.
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return stopping_; });
+      if (queue_.SleepUnlessStopped(std::chrono::milliseconds(20))) return;
+    }
+  }
+
+  // The observer's side of Attach: open, say who we are, read until the stream ends, again.
+  void RunAttach(const RaftHandler& handler) {
+    std::chrono::milliseconds backoff = kAttachBackoffMin;
+    bool failing = false;
+    while (true) {
+      grpc::ClientContext context;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) return;
+        attach_call_ = &context;
+      }
+      bool accepted = false;
+      std::unique_ptr<grpc::ClientReaderWriter<raftpb::RaftBatch, raftpb::RaftBatch>> stream =
+          stub_->Attach(&context);
+      raftpb::RaftBatch hello;
+      hello.set_from(options_.self);
+      hello.set_to(id_);
+      if (stream->Write(hello)) {
+        raftpb::RaftBatch batch;
+        while (stream->Read(&batch)) {
+          if (!accepted) {
+            // The voter's empty first batch: it has registered this stream.
+            accepted = true;
+            backoff = kAttachBackoffMin;
+            if (failing) Logger()->info("attached to controller {} at {} again", id_, address_);
+            failing = false;
+          }
+          if (batch.from() != id_) continue;
+          std::vector<raft::Message> messages = ValidMessages(batch, options_.self);
+          batch.Clear();
+          if (messages.empty()) continue;
+          try {
+            handler(std::move(messages));
+          } catch (const std::exception& e) {
+            Logger()->error("delivering messages from controller {} failed: {}", id_, e.what());
+          }
+        }
+      }
+      grpc::Status status = stream->Finish();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        attach_call_ = nullptr;
+        if (stopping_) return;
+      }
+      if (!failing) {
+        Logger()->warn("Attach stream to controller {} at {} ended: {} (reconnecting)", id_,
+                       address_, status.error_message());
+      }
+      failing = true;
+      if (queue_.SleepUnlessStopped(backoff)) return;
+      if (!accepted) backoff = std::min(2 * backoff, kAttachBackoffMax);
     }
   }
 
   const RaftTransportOptions& options_;
   const raft::NodeId id_;
   const std::string address_;
-  std::shared_ptr<std::atomic<uint64_t>> dropped_;
+  const std::shared_ptr<std::atomic<uint64_t>> dropped_;
+  SendQueue queue_;
   std::unique_ptr<raftpb::RaftService::Stub> stub_;
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Queued> queue_;
-  size_t queued_bytes_ = 0;
   bool stopping_ = false;
-  grpc::ClientContext* call_ = nullptr;
-  bool failing_ = false;  // the sender thread's own
-  std::thread thread_;    // last: starts once everything above is built
+  grpc::ClientContext* call_ = nullptr;         // the Deliver call in flight
+  grpc::ClientContext* attach_call_ = nullptr;  // the Attach stream open
+  bool failing_ = false;                        // the sender thread's own
+  std::thread attacher_;
+  std::thread sender_;  // last: starts once everything above is built
+};
+
+// A voter's Attach streams, one per observer. Shared by the transport (Send) and the
+// RaftServiceImpl (Attach calls), which may outlive the transport: Close() ends every stream
+// and refuses new ones.
+class GrpcRaftTransport::ObserverStreams {
+ public:
+  ObserverStreams(const RaftTransportOptions& options,
+                  std::shared_ptr<std::atomic<uint64_t>> dropped)
+      : options_(options), dropped_(std::move(dropped)) {}
+
+  void Send(raft::Message message) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_observer_.find(message.to);
+    if (it == by_observer_.end()) {
+      ++*dropped_;
+      return;
+    }
+    it->second->queue.Push(std::move(message));
+  }
+
+  // Serves one Attach call whose first batch came from `observer`, until the stream ends, it
+  // is replaced or cancelled, or Close(). This thread writes (so nothing writes once it
+  // returns); a second one reads and hands each batch to `deliver`.
+  grpc::Status Serve(grpc::ServerContext* context,
+                     grpc::ServerReaderWriter<raftpb::RaftBatch, raftpb::RaftBatch>* stream,
+                     raft::NodeId self, raft::NodeId observer,
+                     const std::function<void(const raftpb::RaftBatch&)>& deliver) {
+    auto s = std::make_shared<Stream>(options_, dropped_, context);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            fmt::format("controller {} takes no observers now", self));
+      }
+      std::shared_ptr<Stream>& slot = by_observer_[observer];
+      if (slot != nullptr) {
+        // The observer reconnected; its old stream (maybe half-dead) goes.
+        slot->queue.Stop();
+        slot->context->TryCancel();
+      }
+      slot = s;
+      active_.insert(s.get());
+    }
+    Logger()->info("observer {} attached", observer);
+    std::thread reader([&] {
+      try {
+        raftpb::RaftBatch batch;
+        while (stream->Read(&batch)) {
+          deliver(batch);
+          batch.Clear();
+        }
+      } catch (const std::exception& e) {
+        Logger()->error("Attach from observer {} failed: {}", observer, e.what());
+      }
+      s->queue.Stop();
+    });
+    try {
+      raftpb::RaftBatch ack;
+      ack.set_from(self);
+      ack.set_to(observer);
+      bool ok = stream->Write(ack);
+      while (ok) {
+        raftpb::RaftBatch batch;
+        batch.set_from(self);
+        batch.set_to(observer);
+        const size_t count = s->queue.Pop(&batch, kAttachCancelPoll);
+        // Server shutdown cancels the call; the reader then ends too, but only once gRPC
+        // wakes it, so look.
+        if (s->queue.stopped() || context->IsCancelled()) break;
+        if (count == 0) continue;
+        if (!stream->Write(batch)) {
+          *dropped_ += count;
+          ok = false;
+        }
+      }
+    } catch (const std::exception& e) {
+      Logger()->error("Attach to observer {} failed: {}", observer, e.what());
+    }
+    context->TryCancel();  // ends the reader's Read, if the observer is still there
+    reader.join();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      active_.erase(s.get());
+      auto it = by_observer_.find(observer);
+      if (it != by_observer_.end() && it->second == s) by_observer_.erase(it);
+    }
+    Logger()->info("observer {} detached", observer);
+    return grpc::Status::OK;
+  }
+
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    for (Stream* s : active_) {
+      s->queue.Stop();
+      s->context->TryCancel();
+    }
+    by_observer_.clear();
+  }
+
+  size_t attached() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return by_observer_.size();
+  }
+
+ private:
+  struct Stream {
+    Stream(const RaftTransportOptions& options, std::shared_ptr<std::atomic<uint64_t>> dropped,
+           grpc::ServerContext* c)
+        : queue(options, std::move(dropped)), context(c) {}
+    SendQueue queue;
+    grpc::ServerContext* const context;  // valid while in active_
+  };
+
+  const RaftTransportOptions options_;
+  const std::shared_ptr<std::atomic<uint64_t>> dropped_;
+  mutable std::mutex mu_;
+  bool closed_ = false;
+  std::map<raft::NodeId, std::shared_ptr<Stream>> by_observer_;
+  // Every Attach call still running, replaced ones too, so Close() can cancel them all.
+  std::set<Stream*> active_;
 };
 
 GrpcRaftTransport::GrpcRaftTransport(RaftTransportOptions options)
-    : options_(std::move(options)), dropped_(std::make_shared<std::atomic<uint64_t>>(0)) {
+    : options_(std::move(options)),
+      dropped_(std::make_shared<std::atomic<uint64_t>>(0)),
+      observers_(std::make_shared<ObserverStreams>(options_, dropped_)) {
   for (const auto& [id, address] : options_.peers) {
     if (id == options_.self) continue;
     peers_[id] = std::make_unique<Peer>(options_, id, address, dropped_);
   }
 }
 
-GrpcRaftTransport::~GrpcRaftTransport() { peers_.clear(); }
+GrpcRaftTransport::~GrpcRaftTransport() {
+  DetachObservers();
+  peers_.clear();
+}
+
+void GrpcRaftTransport::SetReceiver(RaftHandler handler) {
+  std::lock_guard<std::mutex> lock(receiver_mu_);
+  if (receiver_ != nullptr) {
+    Logger()->error("GrpcRaftTransport::SetReceiver called twice; ignored");
+    return;
+  }
+  receiver_ = std::move(handler);
+  if (!options_.observer) return;
+  for (auto& [id, peer] : peers_) peer->StartAttach(&receiver_);
+}
+
+void GrpcRaftTransport::DetachObservers() { observers_->Close(); }
 
 void GrpcRaftTransport::Send(raft::Message message) {
   auto it = peers_.find(message.to);
-  if (it == peers_.end()) {
-    ++*dropped_;
+  if (it != peers_.end()) {
+    it->second->Push(std::move(message));
     return;
   }
-  it->second->Push(std::move(message));
+  // Not a voter: an observer, reachable only over the stream it opened (if any).
+  observers_->Send(std::move(message));
 }
 
 uint64_t GrpcRaftTransport::dropped() const { return dropped_->load(); }
 
+size_t GrpcRaftTransport::attached_observers() const { return observers_->attached(); }
+
 // ---- RaftServiceImpl --------------------------------------------------------------------
+
+RaftServiceImpl::RaftServiceImpl(raft::NodeId self, Handler handler, GrpcRaftTransport* transport)
+    : self_(self),
+      handler_(std::move(handler)),
+      observers_(transport != nullptr ? transport->observers_ : nullptr) {}
+
+void RaftServiceImpl::DeliverBatch(const raftpb::RaftBatch& batch) {
+  std::vector<raft::Message> messages = ValidMessages(batch, self_);
+  if (!messages.empty()) handler_(std::move(messages));
+}
 
 grpc::Status RaftServiceImpl::Deliver(grpc::ServerContext*, const raftpb::RaftBatch* batch,
                                       raftpb::DeliverReply*) {
@@ -268,18 +562,44 @@ grpc::Status RaftServiceImpl::Deliver(grpc::ServerContext*, const raftpb::RaftBa
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           fmt::format("this is controller {}, not {}", self_, batch->to()));
     }
-    std::vector<raft::Message> messages;
-    messages.reserve(batch->messages_size());
-    for (const raftpb::Message& p : batch->messages()) {
-      StatusOr<raft::Message> m = FromProto(p);
-      // A message this version does not know is dropped; Raft treats it as lost.
-      if (!m.ok() || m->to != self_ || m->from != batch->from()) continue;
-      messages.push_back(std::move(*m));
-    }
-    if (!messages.empty()) handler_(std::move(messages));
+    DeliverBatch(*batch);
     return grpc::Status::OK;
   } catch (const std::exception& e) {
     Logger()->error("Deliver failed: {}", e.what());
+    return grpc::Status(grpc::StatusCode::INTERNAL, e.what());
+  }
+}
+
+grpc::Status RaftServiceImpl::Attach(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<raftpb::RaftBatch, raftpb::RaftBatch>* stream) {
+  try {
+    if (observers_ == nullptr) {
+      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                          fmt::format("controller {} takes no observers", self_));
+    }
+    raftpb::RaftBatch first;
+    if (!stream->Read(&first)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the stream ended before its first batch");
+    }
+    if (first.to() != self_) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          fmt::format("this is controller {}, not {}", self_, first.to()));
+    }
+    const raft::NodeId observer = first.from();
+    if (observer == self_ || observer == raft::kNoNode) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          fmt::format("{} cannot attach as an observer", observer));
+    }
+    DeliverBatch(first);
+    return observers_->Serve(context, stream, self_, observer,
+                             [this, observer](const raftpb::RaftBatch& batch) {
+                               if (batch.from() == observer && batch.to() == self_) {
+                                 DeliverBatch(batch);
+                               }
+                             });
+  } catch (const std::exception& e) {
+    Logger()->error("Attach failed: {}", e.what());
     return grpc::Status(grpc::StatusCode::INTERNAL, e.what());
   }
 }
