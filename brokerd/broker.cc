@@ -20,12 +20,11 @@ namespace {
 // Where the controllers are, most preferred first: this node's own controllerd over its Unix
 // socket when the node runs the controller role, then every voter of the quorum over TCP.
 std::vector<std::string> ControllerTargets(const config::Config& config) {
+  // The node's own controllerd first (a voter, or on a broker-only node the observer that
+  // keeps a copy of the log), then the voters over TCP for while it restarts.
   std::vector<std::string> targets;
-  const std::vector<std::string> roles = config.GetList("process.roles");
-  if (std::find(roles.begin(), roles.end(), "controller") != roles.end()) {
-    targets.push_back(grpcutil::UnixTarget(
-        grpcutil::SocketPath(config.GetString("runnel.run.dir"), "controllerd")));
-  }
+  targets.push_back(grpcutil::UnixTarget(
+      grpcutil::SocketPath(config.GetString("runnel.run.dir"), "controllerd")));
   auto voters = config::ParseQuorumVoters(config.GetString("controller.quorum.voters"));
   if (voters.ok()) {  // validated when the config was loaded
     for (const config::QuorumVoter& v : *voters) targets.push_back(v.Address());

@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -73,7 +74,11 @@ StatusOr<std::unique_ptr<Application>> Application::Start(const config::Config& 
     peers[v.id] = v.Address();
     if (v.id == node_id) app->tcp_address_ = v.Address();
   }
-  if (!voters.empty() && app->tcp_address_.empty()) {
+  // Not a voter: a broker-only node's controllerd, which follows the quorum's log as an
+  // observer (the config check refuses a controller that is not a voter).
+  const bool observer = !voters.empty() && app->tcp_address_.empty();
+  const std::vector<std::string> roles = config.GetList("process.roles");
+  if (observer && std::find(roles.begin(), roles.end(), "controller") != roles.end()) {
     return absl::InvalidArgumentError(
         fmt::format("node.id {} is not one of controller.quorum.voters ({})", node_id,
                     config.Raw("controller.quorum.voters")));
@@ -87,8 +92,12 @@ StatusOr<std::unique_ptr<Application>> Application::Start(const config::Config& 
     t.self = node_id;
     t.peers = peers;
     t.request_timeout_ms = config.GetInt("controller.quorum.request.timeout.ms");
+    t.observer = observer;
     transport = std::make_unique<GrpcRaftTransport>(std::move(t));
   }
+  // Owned by the quorum (alive until controller_ goes); null for a single voter.
+  GrpcRaftTransport* raft_transport = static_cast<GrpcRaftTransport*>(transport.get());
+  app->raft_transport_ = raft_transport;
   auto quorum = std::make_unique<Quorum>(QuorumOptions::FromConfig(config), std::move(store),
                                          std::move(transport));
   RUNNEL_ASSIGN_OR_RETURN(
@@ -96,10 +105,18 @@ StatusOr<std::unique_ptr<Application>> Application::Start(const config::Config& 
   app->controller_->SetFatalErrorHandler([](const Status&) { RaiseFatal(); });
   app->service_ = std::make_unique<ControllerServiceImpl>(*app->controller_, peers);
 
-  if (!voters.empty()) {
+  if (observer) {
+    // What the voters send it comes back on the streams it opened to them.
+    Quorum* q = &app->controller_->quorum();
+    raft_transport->SetReceiver(
+        [q](std::vector<raft::Message> messages) { q->Deliver(std::move(messages)); });
+    logger->info("following the controller quorum ({}) as observer {}",
+                 config.Raw("controller.quorum.voters"), node_id);
+  } else if (!voters.empty()) {
     Quorum* q = &app->controller_->quorum();
     app->raft_service_ = std::make_unique<RaftServiceImpl>(
-        node_id, [q](std::vector<raft::Message> messages) { q->Deliver(std::move(messages)); });
+        node_id, [q](std::vector<raft::Message> messages) { q->Deliver(std::move(messages)); },
+        raft_transport);
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     int port = 0;
@@ -203,6 +220,9 @@ void Application::Stop() {
     ::unlink(socket_path_.c_str());
   }
   if (tcp_server_) {
+    // Observers' Attach streams never end by themselves: end them rather than wait out the
+    // drain deadline.
+    if (raft_transport_ != nullptr) raft_transport_->DetachObservers();
     tcp_server_->Shutdown(drain);
     tcp_server_->Wait();
     tcp_server_.reset();

@@ -55,6 +55,7 @@ class Application {
   int64_t election_timeout_ms_ = 1000;
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<RaftServiceImpl> raft_service_;
+  GrpcRaftTransport* raft_transport_ = nullptr;  // owned by controller_'s quorum
   std::unique_ptr<ControllerServiceImpl> service_;
   std::unique_ptr<grpc::Server> tcp_server_;
   std::unique_ptr<grpc::Server> server_;  // the Unix socket's: NOT_SERVING until the cluster id

@@ -19,7 +19,8 @@ std::vector<std::string> RoleNamesFor(const std::vector<std::string>& process_ro
     return std::find(process_roles.begin(), process_roles.end(), role) != process_roles.end();
   };
   std::vector<std::string> names;
-  if (has("controller")) names.push_back("controllerd");
+  // On a broker-only node controllerd is the metadata log's observer that brokerd follows.
+  if (has("controller") || has("broker")) names.push_back("controllerd");
   if (has("broker")) {
     names.push_back("storaged");
     names.push_back("brokerd");

@@ -21,8 +21,10 @@ struct RoleSpec {
 };
 
 // Role daemons for the `process.roles` values, in start order (controllerd, storaged,
-// brokerd): controller -> controllerd; broker -> storaged, brokerd. Unknown values are
-// rejected by the config declaration before this is called and are ignored here.
+// brokerd): controller -> controllerd (a voter); broker -> storaged, brokerd, and
+// controllerd when the node is not a controller (an observer of the quorum's log, which
+// brokerd follows). Unknown values are rejected by the config declaration before this is
+// called and are ignored here.
 std::vector<std::string> RoleNamesFor(const std::vector<std::string>& process_roles);
 
 // Directory of the role binaries: $RUNNEL_BIN_DIR when set and not empty, else the

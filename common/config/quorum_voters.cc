@@ -66,16 +66,32 @@ Status CheckQuorumConfig(const Config& config) {
         session_ms, interval_ms));
   }
   std::vector<std::string> roles = config.GetList("process.roles");
-  if (std::find(roles.begin(), roles.end(), "controller") == roles.end()) {
-    return absl::OkStatus();
-  }
+  const bool controller = std::find(roles.begin(), roles.end(), "controller") != roles.end();
+  const bool broker = std::find(roles.begin(), roles.end(), "broker") != roles.end();
   StatusOr<std::vector<QuorumVoter>> voters =
       ParseQuorumVoters(config.Raw("controller.quorum.voters"));
-  if (!voters.ok() || voters->empty()) return absl::OkStatus();  // the key's own check reports
+  if (!voters.ok()) return absl::OkStatus();  // the key's own check reports
   const int32_t node_id = config.GetInt("node.id");
-  for (const QuorumVoter& v : *voters) {
-    if (v.id == node_id) return absl::OkStatus();
+  const bool voter = std::any_of(voters->begin(), voters->end(),
+                                 [&](const QuorumVoter& v) { return v.id == node_id; });
+  if (!controller) {
+    if (!broker) return absl::OkStatus();
+    // A broker-only node follows the quorum's log as an observer: it needs the voters, and an
+    // id of its own.
+    if (voters->empty()) {
+      return absl::InvalidArgumentError(
+          "config error: controller.quorum.voters is empty, but process.roles has broker "
+          "without controller (a broker-only node needs the controllers to follow)");
+    }
+    if (voter) {
+      return absl::InvalidArgumentError(fmt::format(
+          "config error: controller.quorum.voters={}: node.id {} is one of the voters, but "
+          "process.roles does not include controller (node ids are unique in a cluster)",
+          config.Raw("controller.quorum.voters"), node_id));
+    }
+    return absl::OkStatus();
   }
+  if (voters->empty() || voter) return absl::OkStatus();
   return absl::InvalidArgumentError(fmt::format(
       "config error: controller.quorum.voters={}: node.id {} is not one of the voters, but "
       "process.roles includes controller (a controller must be a voter)",

@@ -4,8 +4,10 @@ In QuorumTest node 1 runs broker and controller; nodes 2 and 3 run only the cont
 Topics are created through node 1's brokerd with librdkafka's admin client; the active
 controller is read with DescribeQuorum (Kafka API 55) from the broker, which asks the quorum's
 leader. In CombinedQuorumTest every node runs both roles, and each broker names the active
-controller in Metadata and DescribeCluster.
+controller in Metadata and DescribeCluster. StaggeredStartTest starts the nodes one at a time;
+ObserverTest adds a broker-only node, whose controllerd follows the log as an observer.
 """
+import os
 import time
 import unittest
 
@@ -79,6 +81,66 @@ def describe_cluster_controller(bootstrap):
         conn.sock.close()
 
 
+class ClusterCase(unittest.TestCase):
+    """A cluster of three voters (ids 1-3) on 127.0.0.1 plus whatever nodes a test adds.
+    `self.nodes` are cleaned up in tearDown, every node's sanitizer findings reported."""
+
+    def quorum_config(self, **extra):
+        ports = [free_port() for _ in range(3)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
+        return {
+            "controller.quorum.voters": voters,
+            "controller.quorum.election.timeout.ms": str(ELECTION_TIMEOUT_MS),
+            **extra,
+        }
+
+    def start_all(self):
+        try:
+            for n in self.nodes:
+                n.start(wait=False)
+            for n in self.nodes:
+                n.wait_ready(timeout=60)
+        except Exception:
+            self.tearDown()
+            raise
+
+    def tearDown(self):
+        errors = []
+        for n in self.nodes:
+            try:
+                n.cleanup()
+            except Exception as e:  # report every node's sanitizer findings
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def create_topic_on(self, node, name, partitions=1, timeout=10):
+        """None when created, else the error."""
+        admin = AdminClient({"bootstrap.servers": node.bootstrap})  # alive until the answer
+        futures = admin.create_topics(
+            [NewTopic(name, partitions, 1)], operation_timeout=timeout, request_timeout=timeout)
+        try:
+            futures[name].result(timeout=timeout + 5)
+            return None
+        except Exception as e:  # a KafkaException carrying the broker's error
+            return e
+
+    def quorum_leader(self, node, not_id=None):
+        """(leader id, epoch) once `node`'s broker names a leader (other than `not_id`)."""
+        found = {}
+
+        def known():
+            error, leader, epoch, _hw, voters, _obs = describe_quorum(node.bootstrap)
+            if error == 0 and leader > 0 and leader != not_id:
+                self.assertEqual(set(voters), {1, 2, 3})
+                found["v"] = (leader, epoch)
+                return True
+            return False
+
+        wait_until(known, 30, "a quorum leader")
+        return found["v"]
+
+
 class SingleVoterTest(unittest.TestCase):
     """Without controller.quorum.voters the node is its own quorum of one."""
 
@@ -107,68 +169,26 @@ class SingleVoterTest(unittest.TestCase):
             self.assertEqual(voters, {})
 
 
-class QuorumTest(unittest.TestCase):
+class QuorumTest(ClusterCase):
     def setUp(self):
-        ports = [free_port() for _ in range(3)]
-        voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
-        common = {
-            "controller.quorum.voters": voters,
-            "controller.quorum.election.timeout.ms": str(ELECTION_TIMEOUT_MS),
-        }
+        common = self.quorum_config()
         self.nodes = [Node(common, node_id=1)]
         for node_id in (2, 3):
             self.nodes.append(Node({**common, "process.roles": "controller"}, node_id=node_id))
-        try:
-            for n in self.nodes:
-                n.start(wait=False)
-            for n in self.nodes:
-                n.wait_ready(timeout=60)
-        except Exception:
-            self.tearDown()
-            raise
+        self.start_all()
         self.broker = self.nodes[0]
-
-    def tearDown(self):
-        errors = []
-        for n in self.nodes:
-            try:
-                n.cleanup()
-            except Exception as e:  # report every node's sanitizer findings
-                errors.append(e)
-        if errors:
-            raise errors[0]
 
     def admin(self):
         return AdminClient({"bootstrap.servers": self.broker.bootstrap})
 
     def create_topic(self, name, partitions=1, timeout=10):
-        """None when created, else the error."""
-        admin = self.admin()  # kept alive until the answer: a destroyed client fails its futures
-        futures = admin.create_topics(
-            [NewTopic(name, partitions, 1)], operation_timeout=timeout, request_timeout=timeout)
-        try:
-            futures[name].result(timeout=timeout + 5)
-            return None
-        except Exception as e:  # a KafkaException carrying the broker's error
-            return e
+        return self.create_topic_on(self.broker, name, partitions, timeout)
 
     def topics(self):
         return set(self.admin().list_topics(timeout=10).topics)
 
     def leader(self):
-        """(leader id, epoch) once the quorum has a leader."""
-        found = {}
-
-        def known():
-            error, leader, epoch, _hw, voters, _obs = describe_quorum(self.broker.bootstrap)
-            if error == 0 and leader > 0:
-                found["v"] = (leader, epoch)
-                self.assertEqual(set(voters), {1, 2, 3})
-                return True
-            return False
-
-        wait_until(known, 30, "a quorum leader")
-        return found["v"]
+        return self.quorum_leader(self.broker)
 
     def produce_and_consume(self, topic, value):
         p = Producer({"bootstrap.servers": self.broker.bootstrap, "acks": "all"})
@@ -285,35 +305,13 @@ if __name__ == "__main__":
     unittest.main()
 
 
-class CombinedQuorumTest(unittest.TestCase):
+class CombinedQuorumTest(ClusterCase):
     """Three nodes that each run broker and controller (Kafka's combined mode)."""
 
     def setUp(self):
-        ports = [free_port() for _ in range(3)]
-        voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
-        common = {
-            "controller.quorum.voters": voters,
-            "controller.quorum.election.timeout.ms": str(ELECTION_TIMEOUT_MS),
-        }
+        common = self.quorum_config()
         self.nodes = [Node(common, node_id=i) for i in (1, 2, 3)]
-        try:
-            for n in self.nodes:
-                n.start(wait=False)
-            for n in self.nodes:
-                n.wait_ready(timeout=60)
-        except Exception:
-            self.tearDown()
-            raise
-
-    def tearDown(self):
-        errors = []
-        for n in self.nodes:
-            try:
-                n.cleanup()
-            except Exception as e:
-                errors.append(e)
-        if errors:
-            raise errors[0]
+        self.start_all()
 
     def controller_seen_by(self, node):
         """(Metadata's controller id, DescribeCluster's) as `node`'s broker answers them."""
@@ -326,19 +324,6 @@ class CombinedQuorumTest(unittest.TestCase):
             return all(self.controller_seen_by(n) == (leader, leader) for n in nodes)
 
         wait_until(named, timeout, f"every broker naming controller {leader}")
-
-    def quorum_leader(self, node, not_id=None):
-        found = {}
-
-        def known():
-            error, leader, epoch, _hw, _voters, _obs = describe_quorum(node.bootstrap)
-            if error == 0 and leader > 0 and leader != not_id:
-                found["v"] = (leader, epoch)
-                return True
-            return False
-
-        wait_until(known, 30, "a quorum leader")
-        return found["v"]
 
     def test_brokers_name_the_active_controller_and_follow_a_failover(self):
         leader, epoch = self.quorum_leader(self.nodes[0])
@@ -355,44 +340,30 @@ class CombinedQuorumTest(unittest.TestCase):
         self.wait_all_name(self.nodes, new_leader, 30)
 
 
-class StaggeredStartTest(unittest.TestCase):
+class StaggeredStartTest(ClusterCase):
     """Nodes of one cluster started minutes apart, as operators do: a node whose quorum is
     not there yet waits (its roles answer NOT_SERVING) instead of failing its start-up."""
 
     def setUp(self):
-        ports = [free_port() for _ in range(3)]
-        voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
-        common = {
-            "controller.quorum.voters": voters,
-            "controller.quorum.election.timeout.ms": str(ELECTION_TIMEOUT_MS),
-            "runnel.supervisor.ready.timeout.ms": "1000",
-        }
+        common = self.quorum_config(**{"runnel.supervisor.ready.timeout.ms": "1000"})
         self.combined = Node(common, node_id=1)
         self.controllers = [Node({**common, "process.roles": "controller"}, node_id=i)
                             for i in (2, 3)]
         self.broker_only = Node({**common, "process.roles": "broker"}, node_id=4)
         self.nodes = [self.combined, *self.controllers, self.broker_only]
 
-    def tearDown(self):
-        errors = []
-        for n in self.nodes:
-            try:
-                n.cleanup()
-            except Exception as e:
-                errors.append(e)
-        if errors:
-            raise errors[0]
-
     def test_a_node_waits_past_the_ready_timeout_for_its_quorum(self):
         self.combined.start(wait=False)
         self.broker_only.start(wait=False)
         # Four times the ready timeout with one voter of three: both nodes wait.
         time.sleep(4)
-        for node, role in ((self.combined, "controllerd"), (self.broker_only, "brokerd")):
+        # (The broker-only node's controllerd is its observer of the quorum's log.)
+        for node in (self.combined, self.broker_only):
             self.assertIsNone(node.proc.poll(), node.log())
-            self.assertEqual(node.status()[role]["state"], "starting", node.log())
-        # The roles after controllerd start once it serves.
-        self.assertEqual(self.combined.status()["brokerd"]["state"], "stopped")
+            status = node.status()
+            self.assertEqual(status["controllerd"]["state"], "starting", node.log())
+            # The roles after controllerd start once it serves.
+            self.assertEqual(status["brokerd"]["state"], "stopped", node.log())
 
         # A waiting node stops at once on SIGTERM.
         started = time.monotonic()
@@ -406,12 +377,76 @@ class StaggeredStartTest(unittest.TestCase):
         self.broker_only.start(wait=False)
         self.broker_only.wait_ready(timeout=60)
 
+        self.assertIsNone(self.create_topic_on(self.broker_only, "staggered", 2))
         admin = AdminClient({"bootstrap.servers": self.broker_only.bootstrap})
-        futures = admin.create_topics([NewTopic("staggered", 2, 1)], operation_timeout=10)
-        futures["staggered"].result(timeout=15)
         brokers = set(admin.list_topics(timeout=10).brokers)
         self.assertEqual(brokers, {1, 4})
         self.controllers[1].start(wait=False)
         self.controllers[1].wait_ready(timeout=60)
         _error, _leader, _epoch, _hw, voters, _obs = describe_quorum(self.combined.bootstrap)
         self.assertEqual(set(voters), {1, 2, 3})
+
+
+class ObserverTest(ClusterCase):
+    """A broker-only node: its controllerd follows the quorum's log as a Raft observer (a
+    local copy, never a vote) and serves it to its brokerd."""
+
+    def setUp(self):
+        common = self.quorum_config()
+        self.voters = [Node({**common, "process.roles": "controller"}, node_id=i)
+                       for i in (1, 2, 3)]
+        self.broker = Node({**common, "process.roles": "broker"}, node_id=4)
+        self.nodes = [*self.voters, self.broker]
+        self.start_all()
+
+    def create_topic(self, name, partitions=1, timeout=10):
+        error = self.create_topic_on(self.broker, name, partitions, timeout)
+        if error is not None:
+            raise AssertionError(f"creating {name}: {error}")
+
+    def observers(self):
+        found = {}
+
+        def known():
+            error, leader, _epoch, hw, voters, observers = describe_quorum(self.broker.bootstrap)
+            if error == 0 and leader > 0 and 4 in observers and observers[4] >= hw:
+                found["v"] = (voters, observers, hw)
+                return True
+            return False
+
+        wait_until(known, 30, "the broker's controllerd listed as a caught-up observer")
+        return found["v"]
+
+    def test_the_broker_node_observes_the_log_and_keeps_a_copy(self):
+        self.create_topic("observed", partitions=3)
+        voters, observers, hw = self.observers()
+        self.assertEqual(set(voters), {1, 2, 3})
+        self.assertEqual(set(observers), {4})
+        self.assertIn("as observer 4", self.broker.log())
+        # Its own copy of the log, in Kafka's directory name.
+        copy = os.path.join(self.broker.dir, "metadata", "__cluster_metadata-0")
+        self.assertTrue(any(f.endswith(".log") for f in os.listdir(copy)), os.listdir(copy))
+
+        # The observer is killed: brokerd goes on with the voters, and the observer comes
+        # back from its local copy and catches up.
+        old_pid = self.broker.kill_role("controllerd")
+        # The first call may still go to the dead socket (NOT_CONTROLLER, which clients retry).
+        wait_until(lambda: self.create_topic_on(self.broker, "while-the-observer-is-down",
+                                                timeout=2) is None,
+                   15, "a topic created while the observer restarts", interval=0)
+        self.broker.wait_role_restarted("controllerd", old_pid)
+        self.create_topic("after")
+        self.observers()
+        # The restarted observer opened its own copy, not an empty log.
+        self.assertRegex(self.broker.log(),
+                         r"metadata log \S+__cluster_metadata-0: offsets \[0, [1-9]")
+        admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
+        topics = admin.list_topics(timeout=10).topics
+        for name in ("observed", "while-the-observer-is-down", "after"):
+            self.assertIn(name, topics)
+
+        # An observer never counts: with two voters of three gone, no write commits.
+        self.voters[1].stop()
+        self.voters[2].stop()
+        with self.assertRaises(Exception):
+            self.create_topic("no-majority", timeout=3)

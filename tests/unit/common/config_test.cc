@@ -175,6 +175,21 @@ TEST(QuorumVotersTest, AControllerMustBeAVoter) {
                   .ok());
 }
 
+TEST(QuorumVotersTest, ABrokerOnlyNodeNeedsTheVotersAndAnIdOfItsOwn) {
+  auto none = Config::Parse("node.id=5\nprocess.roles=broker\n", nullptr);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(std::string(none.status().message()).find("controller.quorum.voters is empty"),
+            std::string::npos)
+      << none.status();
+  auto taken = Config::Parse("node.id=2\nprocess.roles=broker\n"
+                             "controller.quorum.voters=1@a:9093,2@b:9093\n",
+                             nullptr);
+  ASSERT_FALSE(taken.ok());
+  EXPECT_NE(std::string(taken.status().message()).find("node.id 2 is one of the voters"),
+            std::string::npos)
+      << taken.status();
+}
+
 TEST(QuorumVotersTest, TimeoutDefaultsAreKafkas) {
   auto c = Config::Parse("", nullptr);
   ASSERT_TRUE(c.ok());

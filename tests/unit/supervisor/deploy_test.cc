@@ -37,14 +37,12 @@ TEST(DeployConfigTest, ExamplesLoadCleanlyWithTheirRoles) {
   for (const Case& c :
        {Case{"deploy/config/node.properties", {"controllerd", "storaged", "brokerd"}},
         Case{"deploy/config/controller.properties", {"controllerd"}},
-        Case{"deploy/config/broker.properties", {"storaged", "brokerd"}}}) {
+        Case{"deploy/config/broker.properties", {"controllerd", "storaged", "brokerd"}}}) {
     config::Config config = Load(c.file);
     EXPECT_EQ(RoleNamesFor(config.GetList("process.roles")), c.roles) << c.file;
     EXPECT_EQ(config.GetString("runnel.run.dir"), "/run/runnel") << c.file;
     EXPECT_EQ(config.GetString("runnel.log.dir"), "/var/log/runnel") << c.file;
-    if (c.file != "deploy/config/broker.properties") {
-      EXPECT_EQ(config.GetString("metadata.log.dir"), "/var/lib/runnel/metadata") << c.file;
-    }
+    EXPECT_EQ(config.GetString("metadata.log.dir"), "/var/lib/runnel/metadata") << c.file;
     if (c.file != "deploy/config/controller.properties") {
       EXPECT_EQ(config.GetList("log.dirs"), V{"/var/lib/runnel/logs"}) << c.file;
     }

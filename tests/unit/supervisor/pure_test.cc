@@ -107,7 +107,8 @@ TEST(BackoffTest, ResetAfter) {
 TEST(RolesTest, NamesInStartOrder) {
   using V = std::vector<std::string>;
   EXPECT_EQ(RoleNamesFor({"controller"}), (V{"controllerd"}));
-  EXPECT_EQ(RoleNamesFor({"broker"}), (V{"storaged", "brokerd"}));
+  // A broker-only node's controllerd follows the quorum as an observer.
+  EXPECT_EQ(RoleNamesFor({"broker"}), (V{"controllerd", "storaged", "brokerd"}));
   EXPECT_EQ(RoleNamesFor({"broker", "controller"}), (V{"controllerd", "storaged", "brokerd"}));
   EXPECT_EQ(RoleNamesFor({"controller", "broker", "broker"}),
             (V{"controllerd", "storaged", "brokerd"}));
