@@ -851,6 +851,25 @@ StatusOr<controller::DescribeClusterResponse> Controller::DescribeCluster() {
   return response;
 }
 
+StatusOr<controller::DescribeClusterResponse> Controller::DescribeClusterLinearizable(
+    Deadline deadline) {
+  deadline = Resolve(deadline);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
+  }
+  std::future<StatusOr<int64_t>> read = quorum_->ReadIndex();
+  if (read.wait_until(deadline) != std::future_status::ready) {
+    return absl::DeadlineExceededError("the leadership was not confirmed within the deadline");
+  }
+  RUNNEL_ASSIGN_OR_RETURN(int64_t commit, read.get());
+  if (!quorum_->WaitApplied(commit, deadline)) {
+    return absl::DeadlineExceededError(
+        fmt::format("the image did not reach offset {} within the deadline", commit));
+  }
+  return DescribeCluster();
+}
+
 StatusOr<controller::DescribeQuorumResponse> Controller::DescribeQuorum() {
   {
     std::lock_guard<std::mutex> lock(mu_);

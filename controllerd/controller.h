@@ -121,6 +121,11 @@ class Controller final : private Quorum::StateMachine {
 
   // Reads of this node's image (any node); controller_id is the known leader (-1 none).
   StatusOr<controller::DescribeClusterResponse> DescribeCluster();
+  // The same, linearizable: on the leader only (FailedPrecondition elsewhere), after a
+  // read-index round confirmed the leadership and the image has everything committed before
+  // the call. DeadlineExceeded when that takes past `deadline`.
+  StatusOr<controller::DescribeClusterResponse> DescribeClusterLinearizable(
+      Deadline deadline = {});
   // The quorum as its leader sees it; FailedPrecondition on a node that does not lead.
   StatusOr<controller::DescribeQuorumResponse> DescribeQuorum();
 

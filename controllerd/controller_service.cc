@@ -170,10 +170,17 @@ grpc::Status ControllerServiceImpl::RegisterBroker(grpc::ServerContext* context,
   });
 }
 
-grpc::Status ControllerServiceImpl::DescribeCluster(grpc::ServerContext*,
-                                                    const controller::DescribeClusterRequest*,
+grpc::Status ControllerServiceImpl::DescribeCluster(grpc::ServerContext* context,
+                                                    const controller::DescribeClusterRequest* request,
                                                     controller::DescribeClusterResponse* response) {
-  return Guard("DescribeCluster", [&] { return Answer(controller_.DescribeCluster(), response); });
+  // Linearizable: the leader answers after a read-index round; a follower forwards, then
+  // waits until its own image has what the answer shows.
+  return Guard("DescribeCluster", [&] {
+    return Route<controller::DescribeClusterRequest, controller::DescribeClusterResponse>(
+        context, *request, response,
+        [&](Deadline d) { return controller_.DescribeClusterLinearizable(d); },
+        &Stub::DescribeCluster, &MetadataOffset<controller::DescribeClusterResponse>);
+  });
 }
 
 grpc::Status ControllerServiceImpl::CreatePartitions(

@@ -266,6 +266,16 @@ TEST(QuorumTest, ElectsForwardsFailsOverAndCatchesUp) {
   ASSERT_TRUE(stub->DescribeCluster(Ctx().get(), {}, &described).ok());
   EXPECT_EQ(described.controller_id(), leader);
   EXPECT_EQ(described.cluster_id(), cluster_id);
+  // It is linearizable: the leader answers after a read-index round, the follower forwards
+  // and answers once its own image has what the answer shows.
+  EXPECT_GE(described.metadata_offset(), created.metadata_offset());
+  EXPECT_GE(cluster.quorum(follower).State().applied_offset, described.metadata_offset());
+  EXPECT_TRUE(IsNotLeader(
+      cluster.controller(follower).DescribeClusterLinearizable(In(seconds(5))).status()));
+  auto on_leader = cluster.controller(leader).DescribeClusterLinearizable(In(seconds(5)));
+  ASSERT_TRUE(on_leader.ok()) << on_leader.status();
+  EXPECT_GE(on_leader->metadata_offset(), created.metadata_offset());
+  EXPECT_EQ(on_leader->controller_id(), leader);
   controller::DescribeQuorumResponse q;
   ASSERT_TRUE(stub->DescribeQuorum(Ctx().get(), {}, &q).ok());
   EXPECT_EQ(q.leader_id(), leader);
