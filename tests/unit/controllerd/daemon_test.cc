@@ -20,6 +20,7 @@ extern char** environ;
 namespace runnel::controllerd {
 namespace {
 
+using testing::FreePort;
 using testing::TempDir;
 using testing::WriteAll;
 
@@ -133,22 +134,6 @@ TEST(DaemonTest, ServesStopsOnSigtermAndKeepsMetadata) {
     EXPECT_EQ(resp.topics(0).error_code(), 36) << "TOPIC_ALREADY_EXISTS after a restart";
     EXPECT_EQ(d.Stop(), 0);
   }
-}
-
-// A port nobody listens on right now (the kernel's pick for an ephemeral bind).
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
 }
 
 int32_t LeaderSeenBy(const std::string& socket) {

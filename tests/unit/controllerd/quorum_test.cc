@@ -28,25 +28,9 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using testing::FreePort;
 using testing::In;
 using testing::TempDir;
-
-// A port nobody listens on right now (the kernel's pick for an ephemeral bind).
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
 
 class Cluster {
  public:

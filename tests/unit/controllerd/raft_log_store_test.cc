@@ -95,71 +95,15 @@ bool Contains(const Status& st, std::string_view what) {
   return std::string(st.message()).find(what) != std::string::npos;
 }
 
-// Forwards to the real file system until a budget of mutating calls is spent; from then on
-// every mutating call fails without touching the disk, as if the process died there.
-class CrashingFileSystem final : public FileSystem {
+// Lets mutating calls through until a budget of them is spent; from then on every one fails
+// without touching the disk, as if the process died there.
+class CrashingFileSystem final : public testing::InjectingFileSystem {
  public:
   void CrashAfter(int ops) { budget_ = ops; }
   bool crashed() const { return crashed_; }
 
-  Status CreateDirs(const std::string& d) override {
-    RUNNEL_RETURN_IF_ERROR(Step("mkdir"));
-    return real_.CreateDirs(d);
-  }
-  StatusOr<std::vector<std::string>> ListDir(const std::string& d) override {
-    return real_.ListDir(d);
-  }
-  StatusOr<std::string> ReadFile(const std::string& p) override { return real_.ReadFile(p); }
-  StatusOr<std::string> ReadRange(const std::string& p, uint64_t o, uint64_t n) override {
-    return real_.ReadRange(p, o, n);
-  }
-  StatusOr<std::unique_ptr<AppendFile>> OpenAppend(const std::string& p) override {
-    RUNNEL_RETURN_IF_ERROR(Step("open " + p));
-    RUNNEL_ASSIGN_OR_RETURN(auto f, real_.OpenAppend(p));
-    return std::unique_ptr<AppendFile>(new File(this, std::move(f)));
-  }
-  Status WriteFileSynced(const std::string& p, std::string_view d) override {
-    RUNNEL_RETURN_IF_ERROR(Step("write " + p));
-    return real_.WriteFileSynced(p, d);
-  }
-  Status Truncate(const std::string& p, uint64_t s) override {
-    RUNNEL_RETURN_IF_ERROR(Step("truncate " + p));
-    return real_.Truncate(p, s);
-  }
-  Status Rename(const std::string& a, const std::string& b) override {
-    RUNNEL_RETURN_IF_ERROR(Step("rename " + a));
-    return real_.Rename(a, b);
-  }
-  Status Remove(const std::string& p) override {
-    RUNNEL_RETURN_IF_ERROR(Step("remove " + p));
-    return real_.Remove(p);
-  }
-  Status SyncDir(const std::string& d) override {
-    RUNNEL_RETURN_IF_ERROR(Step("fsync " + d));
-    return real_.SyncDir(d);
-  }
-
- private:
-  class File final : public AppendFile {
-   public:
-    File(CrashingFileSystem* fs, std::unique_ptr<AppendFile> f) : fs_(fs), f_(std::move(f)) {}
-    Status Append(std::string_view data) override {
-      RUNNEL_RETURN_IF_ERROR(fs_->Step("append"));
-      return f_->Append(data);
-    }
-    Status Sync() override {
-      RUNNEL_RETURN_IF_ERROR(fs_->Step("fdatasync"));
-      return f_->Sync();
-    }
-    uint64_t Size() const override { return f_->Size(); }
-    Status Close() override { return f_->Close(); }
-
-   private:
-    CrashingFileSystem* fs_;
-    std::unique_ptr<AppendFile> f_;
-  };
-
-  Status Step(const std::string& what) {
+ protected:
+  Status Inject(Op, const std::string& what) override {
     if (budget_ < 0) return absl::OkStatus();
     if (budget_ == 0) {
       crashed_ = true;
@@ -169,9 +113,9 @@ class CrashingFileSystem final : public FileSystem {
     return absl::OkStatus();
   }
 
+ private:
   int budget_ = -1;  // -1: no crash
   bool crashed_ = false;
-  FileSystem& real_ = PosixFileSystem();
 };
 
 TEST(RaftLogStoreTest, EmptyStore) {
