@@ -6,18 +6,29 @@
 namespace runnel::brokerd {
 
 AppendBatcher::AppendBatcher(EventLoop& loop, StorageClient& storage, size_t max_calls_in_flight,
-                             size_t max_bytes_per_call)
+                             size_t max_bytes_per_call, uint64_t shared_bytes)
     : loop_(loop),
       storage_(storage),
+      arena_(shared_bytes),
       max_calls_in_flight_(max_calls_in_flight),
       max_bytes_per_call_(max_bytes_per_call) {}
 
-void AppendBatcher::Append(storage::AppendPartition partition, std::chrono::milliseconds timeout,
-                           Done done) {
+void AppendBatcher::Append(storage::AppendPartition partition, std::span<const uint8_t> records,
+                           std::chrono::milliseconds timeout, Done done) {
   PartitionKey key(partition.topic(), partition.partition());
-  pending_.push_back(Entry{std::move(key), std::move(partition),
+  partition.clear_records();
+  AppendArena::Block block = arena_.Put(records, &partition);
+  pending_.push_back(Entry{std::move(key), std::move(partition), std::move(block), records.size(),
                            std::chrono::steady_clock::now() + timeout, std::move(done)});
   ScheduleFlush();
+}
+
+void AppendBatcher::Append(storage::AppendPartition partition, std::chrono::milliseconds timeout,
+                           Done done) {
+  std::string records = std::move(*partition.mutable_records());
+  Append(std::move(partition),
+         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(records.data()), records.size()),
+         timeout, std::move(done));
 }
 
 void AppendBatcher::ScheduleFlush() {
@@ -42,14 +53,14 @@ void AppendBatcher::Flush() {
     std::deque<Entry> kept;
     while (!pending_.empty()) {
       Entry& e = pending_.front();
-      bool full = !entries->empty() && bytes + e.partition.records().size() > max_bytes_per_call_;
+      bool full = !entries->empty() && bytes + e.bytes > max_bytes_per_call_;
       if (full || blocked.count(e.key) != 0 || in_flight_.count(e.key) != 0) {
         blocked.insert(e.key);
         kept.push_back(std::move(e));
         pending_.pop_front();
         continue;
       }
-      bytes += e.partition.records().size();
+      bytes += e.bytes;
       deadline = std::max(deadline, e.deadline);
       *req.add_partitions() = std::move(e.partition);
       entries->push_back(std::move(e));
@@ -71,6 +82,14 @@ void AppendBatcher::Flush() {
           }
           grpc::Status short_answer(grpc::StatusCode::INTERNAL, "storaged answered too few partitions");
           storage::AppendPartitionResult none;
+          for (Entry& e : *entries) {
+            if (status.ok()) {
+              arena_.Release(e.block);
+            } else {
+              arena_.Abandon(e.block, status.error_code() == grpc::StatusCode::FAILED_PRECONDITION,
+                             status.error_message());
+            }
+          }
           for (size_t i = 0; i < entries->size(); ++i) {
             if (!status.ok()) {
               (*entries)[i].done(status, none);

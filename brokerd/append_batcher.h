@@ -5,13 +5,18 @@
 // one AppendRequest, with several calls in flight. Order within a partition is kept: a
 // partition with an append in flight waits until that call returns before its next append
 // is sent (storaged applies the entries of one call in order).
+//
+// The record bytes of an append go to storaged through AppendArena's shared memory when
+// there is room, and in the message otherwise.
 #pragma once
 
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <span>
 #include <unordered_map>
 
+#include "brokerd/append_arena.h"
 #include "brokerd/net/event_loop.h"
 #include "brokerd/partition_states.h"
 #include "brokerd/storage_client.h"
@@ -23,15 +28,25 @@ class AppendBatcher {
   // Runs on the loop with the partition's result, or with a failed call's status.
   using Done = std::function<void(const grpc::Status&, const storage::AppendPartitionResult&)>;
 
-  AppendBatcher(EventLoop& loop, StorageClient& storage, size_t max_calls_in_flight = 8,
-                size_t max_bytes_per_call = 16 << 20);
+  static constexpr uint64_t kDefaultSharedBytes = 64 << 20;
 
+  // `shared_bytes`: the size of the shared memory region for record bytes, 0 for none.
+  AppendBatcher(EventLoop& loop, StorageClient& storage, size_t max_calls_in_flight = 8,
+                size_t max_bytes_per_call = 16 << 20, uint64_t shared_bytes = kDefaultSharedBytes);
+
+  // Appends `records` (copied before this returns) to the partition `partition` names; its
+  // own records field is not used.
+  void Append(storage::AppendPartition partition, std::span<const uint8_t> records,
+              std::chrono::milliseconds timeout, Done done);
+  // The same with the bytes in partition.records().
   void Append(storage::AppendPartition partition, std::chrono::milliseconds timeout, Done done);
 
  private:
   struct Entry {
     PartitionKey key;
     storage::AppendPartition partition;
+    AppendArena::Block block;  // where partition.shared points, if it does
+    uint64_t bytes = 0;        // record bytes, in the message or shared
     std::chrono::steady_clock::time_point deadline;
     Done done;
   };
@@ -40,6 +55,7 @@ class AppendBatcher {
 
   EventLoop& loop_;
   StorageClient& storage_;
+  AppendArena arena_;
   size_t max_calls_in_flight_;
   size_t max_bytes_per_call_;
   std::deque<Entry> pending_;

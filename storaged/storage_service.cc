@@ -254,7 +254,19 @@ grpc::Status StorageServiceImpl::UpdatePartitionConfigs(grpc::ServerContext*,
 grpc::Status StorageServiceImpl::Append(grpc::ServerContext*, const storage::AppendRequest* request,
                                         storage::AppendResponse* response) {
   return Guard("Append", [&] {
-    for (const storage::AppendPartition& p : request->partitions()) {
+    // Shared bytes are all resolved before anything is appended, so a region that cannot be
+    // used fails the call as a whole with nothing written (the brokerd may then resend).
+    std::vector<std::span<uint8_t>> shared(request->partitions_size());
+    std::vector<std::shared_ptr<SharedRegions::Mapping>> holds(request->partitions_size());
+    for (int i = 0; i < request->partitions_size(); ++i) {
+      const storage::AppendPartition& p = request->partitions(i);
+      if (!p.has_shared()) continue;
+      StatusOr<std::span<uint8_t>> bytes = shared_regions_.Resolve(p.shared(), &holds[i]);
+      if (!bytes.ok()) return ToGrpc(bytes.status());
+      shared[i] = *bytes;
+    }
+    for (int i = 0; i < request->partitions_size(); ++i) {
+      const storage::AppendPartition& p = request->partitions(i);
       storage::AppendPartitionResult* out = response->add_partitions();
       out->set_topic(p.topic());
       out->set_partition(p.partition());
@@ -270,12 +282,15 @@ grpc::Status StorageServiceImpl::Append(grpc::ServerContext*, const storage::App
         continue;
       }
       // Offsets (and LogAppendTime) are written into the batches in place. The request is
-      // this call's own message, parsed for it alone and read by nobody else, so editing its
-      // bytes saves copying every produced byte once more.
+      // this call's own message, parsed for it alone and read by nobody else, and shared
+      // bytes are not touched by the brokerd until this call is answered (SharedBytes), so
+      // editing them saves copying every produced byte once more.
       std::string& bytes = const_cast<std::string&>(p.records());
-      AppendResult r =
-          log->Append(std::span<uint8_t>(reinterpret_cast<uint8_t*>(bytes.data()), bytes.size()),
-                      p.leader_epoch());
+      AppendResult r = log->Append(
+          p.has_shared()
+              ? shared[i]
+              : std::span<uint8_t>(reinterpret_cast<uint8_t*>(bytes.data()), bytes.size()),
+          p.leader_epoch());
       SetError(out, r.error, std::move(r.error_message));
       out->set_batch_index(r.batch_index);
       out->set_base_offset(r.base_offset);

@@ -20,6 +20,7 @@
 #include "proto/runnel/storage.grpc.pb.h"
 #include "storaged/log/log_manager.h"
 #include "storaged/log_dirs.h"
+#include "storaged/shared_regions.h"
 
 namespace runnel::storaged {
 
@@ -105,6 +106,7 @@ class StorageServiceImpl final : public storage::StorageService::Service {
 
   const LogDirs& dirs_;
   LogManager& logs_;
+  SharedRegions shared_regions_;
   std::mutex mu_;
   bool shutdown_ = false;
   std::set<std::shared_ptr<PartitionWatcher>> watchers_;

@@ -99,6 +99,7 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
   struct Work {
     ProduceResponse::PartitionProduceResponse* out;
     storage::AppendPartition append;
+    const protocol::Bytes* records;  // in req, which outlives the Append calls below
   };
   std::vector<Work> work;
   resp.responses.reserve(req.topic_data.size());
@@ -152,9 +153,7 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
       append.set_topic(topic.name);
       append.set_partition(partition.index);
       append.set_leader_epoch(p->leader_epoch);
-      append.set_records(partition.records.data->data(), partition.records.data->size());
-      partition.records.data.reset();
-      work.push_back(Work{&out, std::move(append)});
+      work.push_back(Work{&out, std::move(append), &*partition.records.data});
     }
   }
 
@@ -165,7 +164,8 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
   for (Work& w : work) {
     auto* out = w.out;
     broker.appends.Append(
-        std::move(w.append), timeout,
+        std::move(w.append), std::span<const uint8_t>(w.records->data(), w.records->size()),
+        timeout,
         [pending, out, version](const grpc::Status& status,
                                 const storage::AppendPartitionResult& r) {
           if (!status.ok()) {

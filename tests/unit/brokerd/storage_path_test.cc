@@ -2,7 +2,9 @@
 // by the real watch stream, against a real StorageService on a Unix socket.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <future>
+#include <iterator>
 
 #include "brokerd/append_batcher.h"
 #include "brokerd/partition_states.h"
@@ -102,6 +104,59 @@ TEST_F(StoragePathTest, ABadAppendFailsAlone) {
   EXPECT_EQ(errors[0], 0);
   EXPECT_EQ(errors[1], static_cast<int>(protocol::ErrorCode::kCorruptMessage));
   EXPECT_EQ(errors[2], 0);
+}
+
+// The same appends through shared memory (partition 0), in the message (partition 1, the
+// arena off) and through a region too small for most of them (partition 2, so some go one
+// way and some the other) leave byte-identical logs, with the same offsets.
+TEST_F(StoragePathTest, SharedMemoryAndMessageAppendsWriteTheSameLog) {
+  CreatePartitions(3);
+  AppendBatcher shared(loop_, *storage_);
+  AppendBatcher inline_bytes(loop_, *storage_, 8, 16 << 20, /*shared_bytes=*/0);
+  AppendBatcher small(loop_, *storage_, 8, 16 << 20, /*shared_bytes=*/8192);
+  AppendBatcher* batchers[] = {&shared, &inline_bytes, &small};
+  constexpr int kAppends = 40;
+  std::promise<void> all_done;
+  std::vector<int64_t> offsets(3 * kAppends, -2);
+  int finished = 0;
+  OnLoop([&] {
+    for (int i = 0; i < kAppends; ++i) {
+      // 1 to 40 records of about 200 bytes: many appends do not fit in 8 KiB with others.
+      std::string batch = Batch(1 + i, std::string(200, static_cast<char>('a' + i % 26)));
+      for (int p = 0; p < 3; ++p) {
+        storage::AppendPartition a;
+        a.set_topic("t");
+        a.set_partition(p);
+        batchers[p]->Append(
+            std::move(a),
+            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(batch.data()),
+                                     batch.size()),
+            std::chrono::seconds(10),
+            [&, i, p](const grpc::Status& s, const storage::AppendPartitionResult& r) {
+              EXPECT_TRUE(s.ok()) << s.error_message();
+              EXPECT_EQ(r.error_code(), 0) << r.error_message();
+              offsets[p * kAppends + i] = r.base_offset();
+              if (++finished == 3 * kAppends) all_done.set_value();
+            });
+      }
+    }
+  });
+  ASSERT_EQ(all_done.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  OnLoop([] {});
+  int64_t expected = 0;
+  for (int i = 0; i < kAppends; ++i) {
+    for (int p = 0; p < 3; ++p) EXPECT_EQ(offsets[p * kAppends + i], expected) << p << " " << i;
+    expected += 1 + i;
+  }
+  auto log = [&](int p) {
+    std::ifstream f(root_ + "/logs/t-" + std::to_string(p) + "/00000000000000000000.log",
+                    std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  };
+  const std::string first = log(0);
+  EXPECT_GT(first.size(), size_t{kAppends * 200});
+  EXPECT_EQ(log(1), first);
+  EXPECT_EQ(log(2), first);
 }
 
 // The watch stream's snapshot and changes reach PartitionStates, and a Watch on a partition
