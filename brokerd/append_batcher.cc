@@ -4,6 +4,14 @@
 #include <unordered_set>
 
 namespace runnel::brokerd {
+namespace {
+
+// The record bytes of an append, in the message or shared.
+uint64_t RecordBytes(const storage::AppendPartition& p) {
+  return p.has_shared() ? p.shared().length() : p.records().size();
+}
+
+}  // namespace
 
 AppendBatcher::AppendBatcher(EventLoop& loop, StorageClient& storage, size_t max_calls_in_flight,
                              size_t max_bytes_per_call, uint64_t shared_bytes)
@@ -18,7 +26,7 @@ void AppendBatcher::Append(storage::AppendPartition partition, std::span<const u
   PartitionKey key(partition.topic(), partition.partition());
   partition.clear_records();
   AppendArena::Block block = arena_.Put(records, &partition);
-  pending_.push_back(Entry{std::move(key), std::move(partition), std::move(block), records.size(),
+  pending_.push_back(Entry{std::move(key), std::move(partition), std::move(block),
                            std::chrono::steady_clock::now() + timeout, std::move(done)});
   ScheduleFlush();
 }
@@ -53,14 +61,14 @@ void AppendBatcher::Flush() {
     std::deque<Entry> kept;
     while (!pending_.empty()) {
       Entry& e = pending_.front();
-      bool full = !entries->empty() && bytes + e.bytes > max_bytes_per_call_;
+      bool full = !entries->empty() && bytes + RecordBytes(e.partition) > max_bytes_per_call_;
       if (full || blocked.count(e.key) != 0 || in_flight_.count(e.key) != 0) {
         blocked.insert(e.key);
         kept.push_back(std::move(e));
         pending_.pop_front();
         continue;
       }
-      bytes += e.bytes;
+      bytes += RecordBytes(e.partition);
       deadline = std::max(deadline, e.deadline);
       *req.add_partitions() = std::move(e.partition);
       entries->push_back(std::move(e));
@@ -82,21 +90,19 @@ void AppendBatcher::Flush() {
           }
           grpc::Status short_answer(grpc::StatusCode::INTERNAL, "storaged answered too few partitions");
           storage::AppendPartitionResult none;
-          for (Entry& e : *entries) {
-            if (status.ok()) {
-              arena_.Release(e.block);
-            } else {
+          for (size_t i = 0; i < entries->size(); ++i) {
+            Entry& e = (*entries)[i];
+            if (!status.ok()) {
               arena_.Abandon(e.block, status.error_code() == grpc::StatusCode::FAILED_PRECONDITION,
                              status.error_message());
+              e.done(status, none);
+              continue;
             }
-          }
-          for (size_t i = 0; i < entries->size(); ++i) {
-            if (!status.ok()) {
-              (*entries)[i].done(status, none);
-            } else if (i >= static_cast<size_t>(resp.partitions_size())) {
-              (*entries)[i].done(short_answer, none);
+            arena_.Release(e.block);
+            if (i >= static_cast<size_t>(resp.partitions_size())) {
+              e.done(short_answer, none);
             } else {
-              (*entries)[i].done(status, resp.partitions(static_cast<int>(i)));
+              e.done(status, resp.partitions(static_cast<int>(i)));
             }
           }
           Flush();

@@ -28,11 +28,15 @@ class AppendBatcher {
   // Runs on the loop with the partition's result, or with a failed call's status.
   using Done = std::function<void(const grpc::Status&, const storage::AppendPartitionResult&)>;
 
+  static constexpr size_t kDefaultCallsInFlight = 8;
+  static constexpr size_t kDefaultBytesPerCall = 16 << 20;
   static constexpr uint64_t kDefaultSharedBytes = 64 << 20;
 
   // `shared_bytes`: the size of the shared memory region for record bytes, 0 for none.
-  AppendBatcher(EventLoop& loop, StorageClient& storage, size_t max_calls_in_flight = 8,
-                size_t max_bytes_per_call = 16 << 20, uint64_t shared_bytes = kDefaultSharedBytes);
+  AppendBatcher(EventLoop& loop, StorageClient& storage,
+                size_t max_calls_in_flight = kDefaultCallsInFlight,
+                size_t max_bytes_per_call = kDefaultBytesPerCall,
+                uint64_t shared_bytes = kDefaultSharedBytes);
 
   // Appends `records` (copied before this returns) to the partition `partition` names; its
   // own records field is not used.
@@ -46,7 +50,6 @@ class AppendBatcher {
     PartitionKey key;
     storage::AppendPartition partition;
     AppendArena::Block block;  // where partition.shared points, if it does
-    uint64_t bytes = 0;        // record bytes, in the message or shared
     std::chrono::steady_clock::time_point deadline;
     Done done;
   };

@@ -112,8 +112,10 @@ TEST_F(StoragePathTest, ABadAppendFailsAlone) {
 TEST_F(StoragePathTest, SharedMemoryAndMessageAppendsWriteTheSameLog) {
   CreatePartitions(3);
   AppendBatcher shared(loop_, *storage_);
-  AppendBatcher inline_bytes(loop_, *storage_, 8, 16 << 20, /*shared_bytes=*/0);
-  AppendBatcher small(loop_, *storage_, 8, 16 << 20, /*shared_bytes=*/8192);
+  AppendBatcher inline_bytes(loop_, *storage_, AppendBatcher::kDefaultCallsInFlight,
+                             AppendBatcher::kDefaultBytesPerCall, /*shared_bytes=*/0);
+  AppendBatcher small(loop_, *storage_, AppendBatcher::kDefaultCallsInFlight,
+                      AppendBatcher::kDefaultBytesPerCall, /*shared_bytes=*/8192);
   AppendBatcher* batchers[] = {&shared, &inline_bytes, &small};
   constexpr int kAppends = 40;
   std::promise<void> all_done;
