@@ -345,7 +345,9 @@ class StaggeredStartTest(ClusterCase):
     not there yet waits (its roles answer NOT_SERVING) instead of failing its start-up."""
 
     def setUp(self):
-        common = self.quorum_config(**{"runnel.supervisor.ready.timeout.ms": "1000"})
+        # Long enough for a sanitizer build of each role to start on a busy 2-core machine
+        # (a role silent past it fails the start), short beside the wait below.
+        common = self.quorum_config(**{"runnel.supervisor.ready.timeout.ms": "3000"})
         self.combined = Node(common, node_id=1)
         self.controllers = [Node({**common, "process.roles": "controller"}, node_id=i)
                             for i in (2, 3)]
@@ -355,8 +357,8 @@ class StaggeredStartTest(ClusterCase):
     def test_a_node_waits_past_the_ready_timeout_for_its_quorum(self):
         self.combined.start(wait=False)
         self.broker_only.start(wait=False)
-        # Four times the ready timeout with one voter of three: both nodes wait.
-        time.sleep(4)
+        # Over twice the ready timeout with one voter of three: both nodes wait.
+        time.sleep(7)
         # (The broker-only node's controllerd is its observer of the quorum's log.)
         for node in (self.combined, self.broker_only):
             self.assertIsNone(node.proc.poll(), node.log())
