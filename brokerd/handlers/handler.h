@@ -134,9 +134,12 @@ int32_t ControllerIdForClients(const MetadataCache& cache,
 
 // Decodes the request body as `Req`; false (after logging one line) when it is malformed,
 // in which case the handler answers Response::Close(), as Kafka closes the connection.
+// `borrow_records`: records stay in ctx's frame (Records::borrowed), not copied out, so
+// `out` is used only while ctx lives.
 template <typename Req>
-bool DecodeRequest(const RequestContext& ctx, Req* out) {
+bool DecodeRequest(const RequestContext& ctx, Req* out, bool borrow_records = false) {
   protocol::Reader reader(ctx.body());
+  if (borrow_records) reader.BorrowRecords();
   Status st = out->Decode(reader, ctx.header.api_version);
   if (!st.ok()) {
     KafkaLog()->warn("malformed {} v{} request from {} (client {}): {}; closing the connection",

@@ -37,12 +37,12 @@ struct Check {
 
 // Kafka's request-level rules for the records of one partition (v3+): exactly one batch,
 // magic 2, zstd only from v7. Everything inside the batch is storaged's to check.
-Check CheckRecords(const protocol::Records& records, int16_t version) {
-  if (records.IsNull() || records.data->empty()) {
+Check CheckRecords(std::optional<std::span<const uint8_t>> records, int16_t version) {
+  if (!records || records->empty()) {
     return {ErrorCode::kInvalidRecord,
             "Produce requests with version 3 and above must have exactly one record batch"};
   }
-  const std::vector<uint8_t>& bytes = *records.data;
+  const std::span<const uint8_t> bytes = *records;
   if (bytes.size() < record::kBatchHeaderSize) {
     return {ErrorCode::kCorruptMessage, "the record batch is shorter than its header"};
   }
@@ -88,8 +88,9 @@ struct Pending {
 }  // namespace
 
 void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, Respond respond) {
+  // The batches stay in the frame until AppendBatcher copies them on their way to storaged.
   ProduceRequest req;
-  if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
+  if (!DecodeRequest(*ctx, &req, /*borrow_records=*/true)) return respond(Response::Close());
   const int16_t version = ctx->header.api_version;
 
   auto pending = std::make_shared<Pending>();
@@ -99,7 +100,7 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
   struct Work {
     ProduceResponse::PartitionProduceResponse* out;
     storage::AppendPartition append;
-    const protocol::Bytes* records;  // in req, which outlives the Append calls below
+    std::span<const uint8_t> records;  // in ctx's frame, which outlives the Append calls below
   };
   std::vector<Work> work;
   resp.responses.reserve(req.topic_data.size());
@@ -144,7 +145,8 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
         }
         continue;
       }
-      Check check = CheckRecords(partition.records, version);
+      const std::optional<std::span<const uint8_t>> records = partition.records.Contiguous();
+      Check check = CheckRecords(records, version);
       if (check.error != ErrorCode::kNone) {
         fail(check.error, std::move(check.message));
         continue;
@@ -153,7 +155,7 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
       append.set_topic(topic.name);
       append.set_partition(partition.index);
       append.set_leader_epoch(p->leader_epoch);
-      work.push_back(Work{&out, std::move(append), &*partition.records.data});
+      work.push_back(Work{&out, std::move(append), *records});
     }
   }
 
@@ -164,8 +166,7 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
   for (Work& w : work) {
     auto* out = w.out;
     broker.appends.Append(
-        std::move(w.append), std::span<const uint8_t>(w.records->data(), w.records->size()),
-        timeout,
+        std::move(w.append), w.records, timeout,
         [pending, out, version](const grpc::Status& status,
                                 const storage::AppendPartitionResult& r) {
           if (!status.ok()) {

@@ -9,9 +9,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 namespace runnel::protocol {
@@ -54,16 +56,37 @@ struct Records {
   // When not empty, the records are these file ranges back to back (never null). The "= {}"
   // keeps Records{bytes} free of -Wmissing-field-initializers.
   std::vector<FileSlice> files = {};
+  // Set instead of `data` by a Reader that borrows records (Reader::BorrowRecords): the
+  // payload where it lies in the buffer being decoded, valid only as long as that buffer.
+  // brokerd decodes Produce requests so, and the batches are copied once, to storaged.
+  std::optional<std::span<const uint8_t>> borrowed = std::nullopt;
 
-  bool IsNull() const { return files.empty() && !data.has_value(); }
+  // The payload as one run of bytes in memory, owned or borrowed; nullopt for null records.
+  // Does not look at `files`.
+  std::optional<std::span<const uint8_t>> Contiguous() const {
+    if (borrowed) return borrowed;
+    if (data) return std::span<const uint8_t>(*data);
+    return std::nullopt;
+  }
+  bool IsNull() const { return files.empty() && !data.has_value() && !borrowed.has_value(); }
   size_t SizeInBytes() const {
-    if (files.empty()) return data ? data->size() : 0;
+    if (files.empty()) {
+      std::optional<std::span<const uint8_t>> bytes = Contiguous();
+      return bytes ? bytes->size() : 0;
+    }
     int64_t n = 0;
     for (const FileSlice& s : files) n += s.length;
     return static_cast<size_t>(n);
   }
 
-  bool operator==(const Records&) const = default;
+  // Same slices and same payload bytes, whether owned or borrowed.
+  bool operator==(const Records& other) const {
+    if (files != other.files) return false;
+    std::optional<std::span<const uint8_t>> a = Contiguous();
+    std::optional<std::span<const uint8_t>> b = other.Contiguous();
+    if (a.has_value() != b.has_value()) return false;
+    return !a || std::equal(a->begin(), a->end(), b->begin(), b->end());
+  }
 };
 
 }  // namespace runnel::protocol

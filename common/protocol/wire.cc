@@ -225,7 +225,18 @@ absl::Status Reader::ReadNullableBytes(std::optional<Bytes>* out, bool compact, 
 }
 
 absl::Status Reader::ReadRecords(Records* out, bool compact, bool nullable) {
-  return ReadNullableBytes(&out->data, compact, nullable);
+  if (!borrow_records_) return ReadNullableBytes(&out->data, compact, nullable);
+  int64_t len;
+  if (auto s = ReadLength(compact, /*wide=*/true, &len, "records"); !s.ok()) return s;
+  out->data.reset();
+  if (len < 0) {
+    if (!nullable) return Malformed("null records in a non-nullable field");
+    out->borrowed.reset();
+    return absl::OkStatus();
+  }
+  out->borrowed = data_.subspan(pos_, static_cast<size_t>(len));
+  pos_ += static_cast<size_t>(len);
+  return absl::OkStatus();
 }
 
 absl::Status Reader::ReadArrayLength(int32_t* out, bool compact, bool nullable,

@@ -49,6 +49,11 @@ class Reader {
  public:
   explicit Reader(std::span<const uint8_t> data) : data_(data) {}
 
+  // From now on ReadRecords sets Records::borrowed (a view into the decoded buffer) instead
+  // of copying the payload into Records::data. The caller keeps the buffer alive as long as
+  // the decoded message is used.
+  void BorrowRecords() { borrow_records_ = true; }
+
   size_t position() const { return pos_; }
   size_t remaining() const { return data_.size() - pos_; }
   bool empty() const { return pos_ == data_.size(); }
@@ -101,6 +106,7 @@ class Reader {
 
   std::span<const uint8_t> data_;
   size_t pos_ = 0;
+  bool borrow_records_ = false;
 };
 
 // Where a file slice goes in an encoded message: its bytes belong at byte `at` of the
@@ -164,10 +170,12 @@ class Writer {
   void WriteBytes(std::span<const uint8_t> b, bool compact);
   void WriteNullableBytes(const std::optional<Bytes>& b, bool compact, bool nullable);
   void WriteRecords(const Records& r, bool compact, bool nullable) {
-    if (r.files.empty()) {
-      WriteNullableBytes(r.data, compact, nullable);
-    } else {
+    if (!r.files.empty()) {
       WriteFileRecords(r.files, compact);
+    } else if (r.borrowed) {
+      WriteBytes(*r.borrowed, compact);
+    } else {
+      WriteNullableBytes(r.data, compact, nullable);
     }
   }
   void WriteArrayLength(size_t n, bool compact);
@@ -216,7 +224,9 @@ class SizeCounter {
   void WriteNullableBytes(const std::optional<Bytes>& b, bool compact, bool nullable);
   // File slices count as the bytes they stand for, as they are on the wire.
   void WriteRecords(const Records& r, bool compact, bool nullable) {
-    if (r.files.empty()) {
+    if (r.files.empty() && r.borrowed) {
+      WriteBytes(*r.borrowed, compact);
+    } else if (r.files.empty()) {
       WriteNullableBytes(r.data, compact, nullable);
     } else {
       size_t n = r.SizeInBytes();

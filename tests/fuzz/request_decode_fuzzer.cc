@@ -2,7 +2,8 @@
 // 4-byte size prefix). Decoding must never crash, and whatever decodes must survive
 // encode -> decode -> encode unchanged, with Size() equal to the bytes written and
 // CheckEncodable() accepting it. The same body is also decoded as that API's response, which
-// doubles the message code covered at no cost.
+// doubles the message code covered at no cost. A decode that borrows records (views into the
+// body, as brokerd reads Produce) must agree with the copying one.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -84,6 +85,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const bool ok = m.Decode(typed, api_version).ok();
     if (ok != generic_ok || (ok && typed.position() != generic.position())) std::abort();
     if (ok) CheckRoundTrip(m, api_version);
+    // Borrowing records (as brokerd decodes Produce) changes neither the outcome nor the value.
+    T borrowed;
+    Reader borrowing(body);
+    borrowing.BorrowRecords();
+    const bool borrowed_ok = borrowed.Decode(borrowing, api_version).ok();
+    if (borrowed_ok != ok || (ok && borrowing.position() != typed.position())) std::abort();
+    if (ok && m == m && !(borrowed == m)) std::abort();
+    if (ok) CheckRoundTrip(borrowed, api_version);
   });
   VisitResponseType(
       api_key, [&](auto type) { DecodeBody<typename decltype(type)::type>(body, api_version); });

@@ -5,6 +5,8 @@
 
 #include <limits>
 
+#include "common/protocol/messages/produce.h"
+
 namespace runnel::protocol {
 namespace {
 
@@ -303,6 +305,63 @@ TEST(WireTest, WriterAppends) {
   w.WriteInt16(1);
   EXPECT_EQ(out, (Bytes{9, 9, 0, 1}));
   EXPECT_EQ(w.size(), 4u);
+}
+
+// brokerd decodes Produce with borrowed records: the same message as a copying decode, whose
+// payloads point into the decoded buffer, and null records stay null.
+TEST(WireTest, BorrowedRecordsPointIntoTheBufferAndEncodeTheSame) {
+  for (int16_t version : {3, 9}) {  // int32 lengths, compact lengths
+    ProduceRequest req;
+    req.acks = -1;
+    req.timeout_ms = 30000;
+    auto& topic = req.topic_data.emplace_back();
+    topic.name = "t";
+    topic.partition_data.emplace_back().records.data = Bytes{1, 2, 3, 4, 5};
+    topic.partition_data.emplace_back().records.data = Bytes{};
+    topic.partition_data.emplace_back();  // null records
+    const Bytes wire = Encode([&](Writer& w) { req.Encode(w, version); });
+
+    ProduceRequest copied;
+    Reader copying(wire);
+    ASSERT_TRUE(copied.Decode(copying, version).ok());
+    ProduceRequest borrowed;
+    Reader borrowing(wire);
+    borrowing.BorrowRecords();
+    ASSERT_TRUE(borrowed.Decode(borrowing, version).ok());
+    EXPECT_TRUE(borrowing.empty());
+    EXPECT_EQ(borrowed, copied);
+    EXPECT_EQ(borrowed, req);
+
+    const auto& parts = borrowed.topic_data[0].partition_data;
+    ASSERT_EQ(parts.size(), 3u);
+    for (const auto& p : parts) EXPECT_FALSE(p.records.data.has_value());
+    ASSERT_TRUE(parts[0].records.borrowed.has_value());
+    const std::span<const uint8_t> payload = *parts[0].records.borrowed;
+    EXPECT_GE(payload.data(), wire.data());
+    EXPECT_LE(payload.data() + payload.size(), wire.data() + wire.size());
+    EXPECT_EQ(Bytes(payload.begin(), payload.end()), (Bytes{1, 2, 3, 4, 5}));
+    EXPECT_EQ(parts[1].records.SizeInBytes(), 0u);
+    EXPECT_FALSE(parts[1].records.IsNull());
+    EXPECT_TRUE(parts[2].records.IsNull());
+
+    EXPECT_EQ(Encode([&](Writer& w) { borrowed.Encode(w, version); }), wire);
+    EXPECT_EQ(borrowed.Size(version), wire.size());
+
+    // A payload that differs by one byte is a different message.
+    ProduceRequest other = copied;
+    (*other.topic_data[0].partition_data[0].records.data)[4] = 9;
+    EXPECT_FALSE(borrowed == other);
+  }
+}
+
+// A borrowed length past the end of the buffer is an error, as a copied one is.
+TEST(WireTest, BorrowedRecordsLongerThanTheBufferAreMalformed) {
+  const Bytes wire = {0, 0, 0, 9, 1, 2, 3};  // int32 length 9, three bytes follow
+  Reader r(wire);
+  r.BorrowRecords();
+  Records records;
+  EXPECT_FALSE(r.ReadRecords(&records, /*compact=*/false, /*nullable=*/true).ok());
+  EXPECT_FALSE(records.borrowed.has_value());
 }
 
 }  // namespace
