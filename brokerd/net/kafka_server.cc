@@ -210,7 +210,7 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
       if (target != read_buf_) {
         big_frame_filled_ += static_cast<size_t>(n);
         if (big_frame_filled_ == big_frame_.size()) {
-          std::vector<uint8_t> frame = std::move(big_frame_);
+          FrameBytes frame = std::move(big_frame_);
           big_frame_.clear();
           big_frame_filled_ = 0;
           HandleFrame(std::move(frame));
@@ -253,15 +253,15 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
         }
         break;
       }
-      std::vector<uint8_t> frame(in_.begin() + static_cast<ptrdiff_t>(pos + 4),
-                                 in_.begin() + static_cast<ptrdiff_t>(pos + 4 + size));
+      FrameBytes frame(in_.begin() + static_cast<ptrdiff_t>(pos + 4),
+                       in_.begin() + static_cast<ptrdiff_t>(pos + 4 + size));
       pos += 4 + static_cast<size_t>(size);
       HandleFrame(std::move(frame));
     }
     in_.erase(in_.begin(), in_.begin() + static_cast<ptrdiff_t>(pos));
   }
 
-  void HandleFrame(std::vector<uint8_t> frame) {
+  void HandleFrame(FrameBytes frame) {
     auto request = std::make_unique<RequestContext>();
     protocol::Reader reader(frame);
     // The header's own version depends on the API and version it starts with.
@@ -494,7 +494,7 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
   uint8_t read_buf_[64 * 1024];
   std::vector<uint8_t> in_;
   // A frame larger than read_buf_ whose size is known, being read into place.
-  std::vector<uint8_t> big_frame_;
+  FrameBytes big_frame_;  // resize() leaves it unzeroed: the socket's bytes go over it
   size_t big_frame_filled_ = 0;
   std::deque<Slot> slots_;
   uint64_t next_seq_ = 0;

@@ -6,6 +6,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/protocol/header.h"
@@ -13,12 +15,37 @@
 
 namespace runnel::brokerd {
 
+// std::allocator, except that a value-initialised element (what resize() makes) is left
+// uninitialised: for buffers whose every byte is written next, as a frame read from the
+// socket is (zeroing a produce request of a few MiB first costs a pass over its memory).
+template <typename T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <typename U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+
+  template <typename U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+using FrameBytes = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
+
 struct RequestContext {
   protocol::RequestHeader header;
-  std::vector<uint8_t> frame;  // the whole frame without its 4-byte size prefix
-  size_t body_offset = 0;      // where the body starts in `frame`
-  std::string listener;        // name of the listener the connection came in on
-  std::string peer;            // "ip:port" of the client
+  FrameBytes frame;        // the whole frame without its 4-byte size prefix
+  size_t body_offset = 0;  // where the body starts in `frame`
+  std::string listener;    // name of the listener the connection came in on
+  std::string peer;        // "ip:port" of the client
   uint64_t connection_id = 0;
 
   std::span<const uint8_t> body() const {

@@ -39,7 +39,7 @@ class ReversingDispatcher : public RequestDispatcher {
   ReversingDispatcher(size_t batch, Make make) : batch_(batch), make_(std::move(make)) {}
   void Dispatch(std::unique_ptr<RequestContext> request, Respond respond) override {
     ++dispatched;
-    frames.push_back(request->frame);
+    frames.emplace_back(request->frame.begin(), request->frame.end());
     int32_t corr = request->header.correlation_id;
     held_.emplace_back(make_ ? make_(corr) : CorrelationResponse(corr), std::move(respond));
     if (held_.size() < batch_) return;
