@@ -210,33 +210,35 @@ absl::Status Reader::ReadBytes(Bytes* out, bool compact) {
   return absl::OkStatus();
 }
 
-absl::Status Reader::ReadNullableBytes(std::optional<Bytes>* out, bool compact, bool nullable) {
+absl::Status Reader::ReadNullableView(std::optional<std::span<const uint8_t>>* out, bool compact,
+                                      bool nullable, const char* what) {
   int64_t len;
-  if (auto s = ReadLength(compact, /*wide=*/true, &len, "bytes"); !s.ok()) return s;
+  if (auto s = ReadLength(compact, /*wide=*/true, &len, what); !s.ok()) return s;
   if (len < 0) {
-    if (!nullable) return Malformed("null bytes in a non-nullable field");
+    if (!nullable) return Malformed(std::string("null ") + what + " in a non-nullable field");
     out->reset();
     return absl::OkStatus();
   }
-  const uint8_t* begin = data_.data() + pos_;
-  out->emplace(begin, begin + len);
+  *out = data_.subspan(pos_, static_cast<size_t>(len));
   pos_ += static_cast<size_t>(len);
+  return absl::OkStatus();
+}
+
+absl::Status Reader::ReadNullableBytes(std::optional<Bytes>* out, bool compact, bool nullable) {
+  std::optional<std::span<const uint8_t>> view;
+  if (auto s = ReadNullableView(&view, compact, nullable, "bytes"); !s.ok()) return s;
+  if (view) {
+    out->emplace(view->begin(), view->end());
+  } else {
+    out->reset();
+  }
   return absl::OkStatus();
 }
 
 absl::Status Reader::ReadRecords(Records* out, bool compact, bool nullable) {
   if (!borrow_records_) return ReadNullableBytes(&out->data, compact, nullable);
-  int64_t len;
-  if (auto s = ReadLength(compact, /*wide=*/true, &len, "records"); !s.ok()) return s;
   out->data.reset();
-  if (len < 0) {
-    if (!nullable) return Malformed("null records in a non-nullable field");
-    out->borrowed.reset();
-    return absl::OkStatus();
-  }
-  out->borrowed = data_.subspan(pos_, static_cast<size_t>(len));
-  pos_ += static_cast<size_t>(len);
-  return absl::OkStatus();
+  return ReadNullableView(&out->borrowed, compact, nullable, "records");
 }
 
 absl::Status Reader::ReadArrayLength(int32_t* out, bool compact, bool nullable,

@@ -101,6 +101,9 @@ class Reader {
 
  private:
   absl::Status Need(size_t n, const char* what) const;
+  // A bytes-like field (int32 or compact length, -1 = null) as a view into data_.
+  absl::Status ReadNullableView(std::optional<std::span<const uint8_t>>* out, bool compact,
+                                bool nullable, const char* what);
   // Reads a string/bytes length prefix; *len is -1 for null.
   absl::Status ReadLength(bool compact, bool wide, int64_t* len, const char* what);
 
@@ -224,13 +227,13 @@ class SizeCounter {
   void WriteNullableBytes(const std::optional<Bytes>& b, bool compact, bool nullable);
   // File slices count as the bytes they stand for, as they are on the wire.
   void WriteRecords(const Records& r, bool compact, bool nullable) {
-    if (r.files.empty() && r.borrowed) {
-      WriteBytes(*r.borrowed, compact);
-    } else if (r.files.empty()) {
-      WriteNullableBytes(r.data, compact, nullable);
-    } else {
+    if (!r.files.empty()) {
       size_t n = r.SizeInBytes();
       size_ += (compact ? UnsignedVarintSize(static_cast<uint32_t>(n + 1)) : 4) + n;
+    } else if (r.borrowed) {
+      WriteBytes(*r.borrowed, compact);
+    } else {
+      WriteNullableBytes(r.data, compact, nullable);
     }
   }
   void WriteArrayLength(size_t n, bool compact);
