@@ -2,7 +2,8 @@
 //
 // A completion arrives on a gRPC thread and is posted to the loop. A client keeps its calls
 // in an InflightCalls so that, when it stops, it can cancel them and wait until every
-// completion has run its gRPC side: after that nothing touches the loop, which may then go.
+// completion has run its gRPC side and freed its call: after that nothing touches the loop,
+// which may then go, and no call holds the client's channel.
 #pragma once
 
 #include <chrono>
@@ -68,10 +69,18 @@ void StartUnaryCall(EventLoop& loop, const std::shared_ptr<InflightCalls>& infli
   call->ctx.set_deadline(std::chrono::system_clock::now() + timeout);
   if (!inflight->Add(&call->ctx)) return;
   EventLoop* target = &loop;
+  grpc::ClientContext* key = &call->ctx;
   start(&call->ctx, &call->req, &call->resp,
-        [call, target, inflight, done = std::move(done)](grpc::Status status) mutable {
-          target->Post([call, status, done = std::move(done)] { done(status, call->resp); });
-          inflight->Remove(&call->ctx);
+        [call, key, target, inflight, done = std::move(done)](grpc::Status status) mutable {
+          target->Post([resp = std::move(call->resp), status, done = std::move(done)]() mutable {
+            done(status, resp);
+          });
+          // The call (its ClientContext holds the channel) goes before the client is told,
+          // not when gRPC drops this functor: once Stop() returns, the client may drop the
+          // channel, and its last reference must not go on this gRPC thread (~Channel would
+          // join and free the completion queue the thread is polling).
+          call.reset();
+          inflight->Remove(key);
         });
 }
 
