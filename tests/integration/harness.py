@@ -40,8 +40,10 @@ def wait_until(predicate, timeout, what, interval=0.05):
 
 
 class Node:
-    def __init__(self, extra_config=None, node_id=1):
-        if not BIN_DIR:
+    def __init__(self, extra_config=None, node_id=1, bin_dir=None):
+        # bin_dir: another build's binaries (bench/kafka-vs-mock --reference-bin-dir).
+        self.bin_dir = bin_dir or BIN_DIR
+        if not self.bin_dir:
             raise RuntimeError("RUNNEL_BIN_DIR is not set")
         self.dir = tempfile.mkdtemp(prefix="rnl-", dir="/tmp")
         self.port = free_port()
@@ -73,12 +75,12 @@ class Node:
                 f.write(f"{k}={v}\n")
 
     def runnel(self, *args, timeout=30, check=False):
-        return subprocess.run([os.path.join(BIN_DIR, "runnel"), *args], capture_output=True,
+        return subprocess.run([os.path.join(self.bin_dir, "runnel"), *args], capture_output=True,
                               text=True, timeout=timeout, check=check)
 
     def start(self, wait=True):
         self.log_file = open(self.log_path, "a")
-        self.proc = subprocess.Popen([os.path.join(BIN_DIR, "runnel"), "--config",
+        self.proc = subprocess.Popen([os.path.join(self.bin_dir, "runnel"), "--config",
                                       self.config_path], stdout=self.log_file,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if wait:
