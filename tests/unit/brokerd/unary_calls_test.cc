@@ -137,10 +137,11 @@ TEST_F(UnaryCallsTest, CallsAfterStopDoNotStart) {
   EXPECT_EQ(done, 0);
 }
 
-// A call's ClientContext holds a reference to the channel. When Stop() returns, every call
-// must be gone: otherwise the last reference to the channel can go on a gRPC thread, whose
-// ~Channel then joins and frees the completion queue that very thread is polling (the
-// double free ASan found in a brokerd stopped mid-produce).
+// A call's ClientContext holds a reference to the channel. When Stop() returns (it ends with
+// CancelAndWait, run here alone), every call must be gone: otherwise the last reference to
+// the channel can go on a gRPC thread, whose ~Channel then joins and frees the completion
+// queue that very thread is polling (the double free ASan found in a brokerd stopped
+// mid-produce).
 TEST_F(UnaryCallsTest, NoCallHoldsTheChannelOnceStopReturns) {
   auto channel = grpcutil::UnixChannel(root_ + "/s.sock");
   auto stub = storage::StorageService::NewStub(channel);
