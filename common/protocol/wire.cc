@@ -236,7 +236,11 @@ absl::Status Reader::ReadNullableBytes(std::optional<Bytes>* out, bool compact, 
 }
 
 absl::Status Reader::ReadRecords(Records* out, bool compact, bool nullable) {
-  if (!borrow_records_) return ReadNullableBytes(&out->data, compact, nullable);
+  // Only one of the two holds the payload (Contiguous() prefers `borrowed`).
+  if (!borrow_records_) {
+    out->borrowed.reset();
+    return ReadNullableBytes(&out->data, compact, nullable);
+  }
   out->data.reset();
   return ReadNullableView(&out->borrowed, compact, nullable, "records");
 }

@@ -364,5 +364,25 @@ TEST(WireTest, BorrowedRecordsLongerThanTheBufferAreMalformed) {
   EXPECT_FALSE(records.borrowed.has_value());
 }
 
+// Reading into a Records decoded before leaves the payload in one place only: a copying
+// read drops an earlier borrowed view, and a borrowing read drops earlier owned bytes.
+TEST(WireTest, RecordsReadOverAnEarlierDecodeKeepOnlyTheNewPayload) {
+  const Bytes first = {0, 0, 0, 2, 7, 8};
+  const Bytes second = {0, 0, 0, 1, 5};
+  Records records;
+  Reader borrowing(first);
+  borrowing.BorrowRecords();
+  ASSERT_TRUE(borrowing.ReadRecords(&records, /*compact=*/false, /*nullable=*/true).ok());
+  Reader copying(second);
+  ASSERT_TRUE(copying.ReadRecords(&records, /*compact=*/false, /*nullable=*/true).ok());
+  EXPECT_FALSE(records.borrowed.has_value());
+  EXPECT_EQ(records, (Records{Bytes{5}}));
+  Reader borrowing_again(first);
+  borrowing_again.BorrowRecords();
+  ASSERT_TRUE(borrowing_again.ReadRecords(&records, /*compact=*/false, /*nullable=*/true).ok());
+  EXPECT_FALSE(records.data.has_value());
+  EXPECT_EQ(records, (Records{Bytes{7, 8}}));
+}
+
 }  // namespace
 }  // namespace runnel::protocol
