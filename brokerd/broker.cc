@@ -103,7 +103,6 @@ Broker::~Broker() {
   loop_.Run();
   controller_.Stop();
   storage_.Stop();
-  storage_.Stop();
   if (grpc_server_) grpc_server_->Shutdown(std::chrono::system_clock::now());
 }
 
