@@ -14,9 +14,10 @@ uint64_t RecordBytes(const storage::AppendPartition& p) {
 }  // namespace
 
 AppendBatcher::AppendBatcher(EventLoop& loop, StorageClient& storage, size_t max_calls_in_flight,
-                             size_t max_bytes_per_call, uint64_t shared_bytes)
+                             size_t max_bytes_per_call, uint64_t shared_bytes, AppendStream* stream)
     : loop_(loop),
       storage_(storage),
+      stream_(stream),
       arena_(shared_bytes),
       max_calls_in_flight_(max_calls_in_flight),
       max_bytes_per_call_(max_bytes_per_call) {}
@@ -80,33 +81,37 @@ void AppendBatcher::Flush() {
     ++calls_in_flight_;
     auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    storage_.Append(
-        std::move(req), std::max(timeout, std::chrono::milliseconds(1)),
-        [this, entries](const grpc::Status& status, storage::AppendResponse& resp) {
-          --calls_in_flight_;
-          for (const Entry& e : *entries) {
-            auto it = in_flight_.find(e.key);
-            if (it != in_flight_.end() && --it->second <= 0) in_flight_.erase(it);
-          }
-          grpc::Status short_answer(grpc::StatusCode::INTERNAL, "storaged answered too few partitions");
-          storage::AppendPartitionResult none;
-          for (size_t i = 0; i < entries->size(); ++i) {
-            Entry& e = (*entries)[i];
-            if (!status.ok()) {
-              arena_.Abandon(e.block, status.error_code() == grpc::StatusCode::FAILED_PRECONDITION,
-                             status.error_message());
-              e.done(status, none);
-              continue;
-            }
-            arena_.Release(e.block);
-            if (i >= static_cast<size_t>(resp.partitions_size())) {
-              e.done(short_answer, none);
-            } else {
-              e.done(status, resp.partitions(static_cast<int>(i)));
-            }
-          }
-          Flush();
-        });
+    auto answered = [this, entries](const grpc::Status& status, storage::AppendResponse& resp) {
+      --calls_in_flight_;
+      for (const Entry& e : *entries) {
+        auto it = in_flight_.find(e.key);
+        if (it != in_flight_.end() && --it->second <= 0) in_flight_.erase(it);
+      }
+      grpc::Status short_answer(grpc::StatusCode::INTERNAL, "storaged answered too few partitions");
+      storage::AppendPartitionResult none;
+      for (size_t i = 0; i < entries->size(); ++i) {
+        Entry& e = (*entries)[i];
+        if (!status.ok()) {
+          arena_.Abandon(e.block, status.error_code() == grpc::StatusCode::FAILED_PRECONDITION,
+                         status.error_message());
+          e.done(status, none);
+          continue;
+        }
+        arena_.Release(e.block);
+        if (i >= static_cast<size_t>(resp.partitions_size())) {
+          e.done(short_answer, none);
+        } else {
+          e.done(status, resp.partitions(static_cast<int>(i)));
+        }
+      }
+      Flush();
+    };
+    timeout = std::max(timeout, std::chrono::milliseconds(1));
+    if (stream_ != nullptr && stream_->connected()) {
+      stream_->Append(std::move(req), timeout, std::move(answered));
+    } else {
+      storage_.Append(std::move(req), timeout, std::move(answered));
+    }
   }
 }
 

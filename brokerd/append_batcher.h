@@ -7,7 +7,8 @@
 // is sent (storaged applies the entries of one call in order).
 //
 // The record bytes of an append go to storaged through AppendArena's shared memory when
-// there is room, and in the message otherwise.
+// there is room, and in the message otherwise. A call goes over the append stream
+// (append_stream.h) when one is given and connected, and as a gRPC Append otherwise.
 #pragma once
 
 #include <chrono>
@@ -17,6 +18,7 @@
 #include <unordered_map>
 
 #include "brokerd/append_arena.h"
+#include "brokerd/append_stream.h"
 #include "brokerd/net/event_loop.h"
 #include "brokerd/partition_states.h"
 #include "brokerd/storage_client.h"
@@ -33,10 +35,11 @@ class AppendBatcher {
   static constexpr uint64_t kDefaultSharedBytes = 64 << 20;
 
   // `shared_bytes`: the size of the shared memory region for record bytes, 0 for none.
+  // `stream`: the append stream to prefer over gRPC, or nullptr; it must outlive this.
   AppendBatcher(EventLoop& loop, StorageClient& storage,
                 size_t max_calls_in_flight = kDefaultCallsInFlight,
                 size_t max_bytes_per_call = kDefaultBytesPerCall,
-                uint64_t shared_bytes = kDefaultSharedBytes);
+                uint64_t shared_bytes = kDefaultSharedBytes, AppendStream* stream = nullptr);
 
   // Appends `records` (copied before this returns) to the partition `partition` names; its
   // own records field is not used.
@@ -58,6 +61,7 @@ class AppendBatcher {
 
   EventLoop& loop_;
   StorageClient& storage_;
+  AppendStream* stream_;
   AppendArena arena_;
   size_t max_calls_in_flight_;
   size_t max_bytes_per_call_;

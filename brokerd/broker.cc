@@ -1,11 +1,10 @@
 #include "brokerd/broker.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <random>
-
-#include <fmt/format.h>
 
 #include "brokerd/topic_configs.h"
 #include "common/config/listeners.h"
@@ -78,21 +77,24 @@ Broker::Broker(const config::Config& config)
       node_id_(config.GetInt("node.id")),
       controller_(loop_, ControllerTargets(config)),
       storage_(loop_, grpcutil::SocketPath(config.GetString("runnel.run.dir"), "storaged")),
+      append_stream_(loop_,
+                     grpcutil::SocketPath(config.GetString("runnel.run.dir"), "storaged-append")),
       appends_(loop_, storage_, AppendBatcher::kDefaultCallsInFlight,
                AppendBatcher::kDefaultBytesPerCall,
-               static_cast<uint64_t>(config.GetLong("runnel.broker.append.shared.bytes"))),
-      context_{loop_,       config_,     metadata_, controller_, node_id_,
-               storage_,    partitions_, appends_,  groups_},
+               static_cast<uint64_t>(config.GetLong("runnel.broker.append.shared.bytes")),
+               &append_stream_),
+      context_{loop_,    config_,     metadata_, controller_, node_id_,
+               storage_, partitions_, appends_,  groups_},
       groups_(context_),
       reconciler_(loop_, metadata_, partitions_, storage_, node_id_,
                   [this](const MetadataCache& cache, const TopicInfo& topic) {
                     return StorageConfigsFor(cache, topic);
                   }),
       dispatcher_(context_),
-      server_(loop_, dispatcher_,
-              ServerLimits{config.GetInt("socket.request.max.bytes"),
-                           config.GetInt("max.connections"),
-                           config.GetInt("max.connections.per.ip")}),
+      server_(
+          loop_, dispatcher_,
+          ServerLimits{config.GetInt("socket.request.max.bytes"), config.GetInt("max.connections"),
+                       config.GetInt("max.connections.per.ip")}),
       admin_(loop_, metadata_, server_, node_id_) {
   metadata_.set_local_node_id(node_id_);
 }
@@ -116,6 +118,7 @@ void Broker::StopLoop() {
     // Group shards answer their parked requests and close their timers.
     groups_.Stop();
     server_.Close();
+    append_stream_.Close();
     // Close what else is open (signal handlers, pending timers) so the loop can end.
     uv_walk(
         loop_.raw(),
@@ -140,7 +143,8 @@ Status Broker::Start(const std::atomic<bool>& stop) {
   // Advertise `advertised.listeners`, else `listeners` with the ports actually bound.
   std::vector<config::Listener> advertised = listeners;
   if (!config_.Raw("advertised.listeners").empty()) {
-    RUNNEL_ASSIGN_OR_RETURN(advertised, config::ParseListeners(config_.Raw("advertised.listeners")));
+    RUNNEL_ASSIGN_OR_RETURN(advertised,
+                            config::ParseListeners(config_.Raw("advertised.listeners")));
   }
   runnel::controller::RegisterBrokerRequest reg;
   reg.set_broker_id(node_id_);
@@ -171,11 +175,11 @@ Status Broker::Start(const std::atomic<bool>& stop) {
         fmt::format("cannot register with the controller: {}", st.error_message()));
   }
   if (reg_resp.error_code() != 0) {
-    return absl::FailedPreconditionError(fmt::format(
-        "the controller refused the registration: {}", reg_resp.error_message()));
+    return absl::FailedPreconditionError(
+        fmt::format("the controller refused the registration: {}", reg_resp.error_message()));
   }
-  Log()->info("registered as broker {} (epoch {}) in cluster {}", node_id_,
-              reg_resp.broker_epoch(), reg_resp.cluster_id());
+  Log()->info("registered as broker {} (epoch {}) in cluster {}", node_id_, reg_resp.broker_epoch(),
+              reg_resp.cluster_id());
   registration_ = std::move(reg);
   broker_epoch_ = reg_resp.broker_epoch();
 
@@ -188,6 +192,7 @@ Status Broker::Start(const std::atomic<bool>& stop) {
       groups_.Reconcile();
     }
   });
+  append_stream_.Start();
   storage_.StartWatch(
       [this](const storage::PartitionChange& change, bool snapshot) {
         if (snapshot) {

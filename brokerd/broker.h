@@ -76,6 +76,7 @@ class Broker {
   ControllerClient controller_;
   StorageClient storage_;
   PartitionStates partitions_;
+  AppendStream append_stream_;
   AppendBatcher appends_;
   BrokerContext context_;
   group::Coordinator groups_;  // built after context_ (whose config it reads), which names it

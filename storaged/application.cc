@@ -64,9 +64,10 @@ void RaiseFileLimit(size_t max_open_files, spdlog::logger& logger) {
     }
   }
   if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < max_open_files + 256) {
-    logger.warn("the open file limit {} leaves little room beyond "
-                "runnel.storage.max.open.files={}: raise LimitNOFILE or lower the key",
-                lim.rlim_cur, max_open_files);
+    logger.warn(
+        "the open file limit {} leaves little room beyond "
+        "runnel.storage.max.open.files={}: raise LimitNOFILE or lower the key",
+        lim.rlim_cur, max_open_files);
   }
 }
 
@@ -102,9 +103,12 @@ StatusOr<std::unique_ptr<Application>> Application::Start(const config::Config& 
   app->service_ = std::make_unique<StorageServiceImpl>(*app->dirs_, *app->logs_);
   RUNNEL_ASSIGN_OR_RETURN(app->server_,
                           grpcutil::StartUnixServer(app->socket_path_, {app->service_.get()}));
+  RUNNEL_ASSIGN_OR_RETURN(
+      app->append_socket_,
+      AppendSocketServer::Start(grpcutil::SocketPath(run_dir, "storaged-append"), *app->service_));
   grpcutil::SetServing(*app->server_, true);
-  logger->info("serving StorageService on unix:{} with {} log dir(s)", app->socket_path_,
-               paths.size());
+  logger->info("serving StorageService on unix:{} (appends also on {}) with {} log dir(s)",
+               app->socket_path_, app->append_socket_->path(), paths.size());
   return app;
 }
 
@@ -122,6 +126,10 @@ bool Application::Stop() {
   auto logger = log::Get("storaged");
   if (server_) grpcutil::SetServing(*server_, false);
   if (service_) service_->Shutdown();
+  if (append_socket_) {
+    append_socket_->Stop();
+    append_socket_.reset();
+  }
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + kDrainDeadline);
     server_->Wait();

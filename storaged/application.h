@@ -1,11 +1,12 @@
 // runnel-storaged as one object: locks the log directories, loads every partition log
 // (recovering those not cleanly shut down), starts the background work, then serves
-// StorageService (and grpc.health.v1) on unix:<runnel.run.dir>/storaged.sock. Health is
-// SERVING only once every log is loaded, since the server starts after.
+// StorageService (and grpc.health.v1) on unix:<runnel.run.dir>/storaged.sock, and the append
+// stream on <runnel.run.dir>/storaged-append.sock. Health is SERVING only once every log is
+// loaded, since the servers start after.
 //
-// Stop is the reverse of Start: NOT_SERVING, end watch streams, drain calls (bounded), then
-// LogManager::Shutdown flushes every log and writes the checkpoints and the clean-shutdown
-// marker, and finally the directory locks are released.
+// Stop is the reverse of Start: NOT_SERVING, end watch streams and the append connections,
+// drain calls (bounded), then LogManager::Shutdown flushes every log and writes the
+// checkpoints and the clean-shutdown marker, and finally the directory locks are released.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "common/config/config.h"
+#include "storaged/append_socket.h"
 #include "storaged/log/log_manager.h"
 #include "storaged/log_dirs.h"
 #include "storaged/storage_service.h"
@@ -46,6 +48,7 @@ class Application {
   std::unique_ptr<LogManager> logs_;
   std::unique_ptr<StorageServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<AppendSocketServer> append_socket_;  // brokerd's appends (append_socket.h)
   std::string socket_path_;
   bool stopped_ = false;
   bool clean_ = true;

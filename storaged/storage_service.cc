@@ -253,6 +253,12 @@ grpc::Status StorageServiceImpl::UpdatePartitionConfigs(grpc::ServerContext*,
 
 grpc::Status StorageServiceImpl::Append(grpc::ServerContext*, const storage::AppendRequest* request,
                                         storage::AppendResponse* response) {
+  // The request is this call's own message, parsed for it alone and read by nobody else.
+  return AppendOwned(const_cast<storage::AppendRequest*>(request), response);
+}
+
+grpc::Status StorageServiceImpl::AppendOwned(storage::AppendRequest* request,
+                                             storage::AppendResponse* response) {
   return Guard("Append", [&] {
     // Shared bytes are all resolved before anything is appended, so a region that cannot be
     // used fails the call as a whole with nothing written (the brokerd may then resend).
@@ -281,11 +287,11 @@ grpc::Status StorageServiceImpl::Append(grpc::ServerContext*, const storage::App
         SetError(out, error, "no such partition here");
         continue;
       }
-      // Offsets (and LogAppendTime) are written into the batches in place. The request is
-      // this call's own message, parsed for it alone and read by nobody else, and shared
-      // bytes are not touched by the brokerd until this call is answered (SharedBytes), so
-      // editing them saves copying every produced byte once more.
-      std::string& bytes = const_cast<std::string&>(p.records());
+      // Offsets (and LogAppendTime) are written into the batches in place: the request is
+      // the caller's to change, and shared bytes are not touched by the brokerd until this
+      // call is answered (SharedBytes), so editing them saves copying every produced byte
+      // once more.
+      std::string& bytes = *request->mutable_partitions(i)->mutable_records();
       AppendResult r = log->Append(
           p.has_shared()
               ? shared[i]

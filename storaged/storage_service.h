@@ -79,6 +79,9 @@ class StorageServiceImpl final : public storage::StorageService::Service {
                                       storage::PartitionsResponse* response) override;
   grpc::Status Append(grpc::ServerContext* context, const storage::AppendRequest* request,
                       storage::AppendResponse* response) override;
+  // Append's work, on a request the caller owns (its record bytes are edited in place): the
+  // gRPC Append and the append socket (storaged/append_socket.h) both come here.
+  grpc::Status AppendOwned(storage::AppendRequest* request, storage::AppendResponse* response);
   grpc::Status Read(grpc::ServerContext* context, const storage::ReadRequest* request,
                     storage::ReadResponse* response) override;
   grpc::Status ListOffsets(grpc::ServerContext* context, const storage::ListOffsetsRequest* request,

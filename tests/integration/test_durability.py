@@ -191,6 +191,10 @@ class DurabilityTest(unittest.TestCase):
             node.wait_role_restarted("storaged", pid)
 
         self.interrupted_run(kill, "kill -9 of storaged")
+        # brokerd's append socket broke with the old storaged and was made again to the new.
+        log = node.log()
+        self.assertIn("appends go through gRPC until the append socket is back", log)
+        self.assertGreaterEqual(log.count("appends go to storaged through"), 2, log[-4000:])
 
     @skip_on_mock("the mock has no brokerd")
     def test_brokerd_kill9_mid_produce(self):
