@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -50,7 +51,9 @@ StatusOr<std::unique_ptr<AppendSocketServer>> AppendSocketServer::Start(
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(fmt::format("socket: {}", std::strerror(errno)));
   ::unlink(path.c_str());  // a file left by a storaged that did not stop cleanly
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 16) != 0) {
+  // Owner and group only, as the gRPC sockets beside it; set before it listens.
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::chmod(path.c_str(), 0660) != 0 || ::listen(fd, 16) != 0) {
     int err = errno;
     ::close(fd);
     return absl::FailedPreconditionError(

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -402,6 +403,9 @@ class AppendSocketServerTest : public AppendStreamTest {
 TEST_F(AppendSocketServerTest, RequestsAreAnsweredInOrderWithTheirIds) {
   CreateTopic(1);
   StartServer();
+  struct stat st {};
+  ASSERT_EQ(::stat(append_server_->path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
   int fd = Connect();
   std::string both = RequestFrame(41) + RequestFrame(42);
   ASSERT_EQ(::write(fd, both.data(), both.size()), static_cast<ssize_t>(both.size()));
