@@ -68,8 +68,8 @@ TEST(RingAllocatorTest, LiveBlocksNeverOverlapUnderChurn) {
         ASSERT_LE(*off + rounded, uint64_t{1} << 16);
         for (const Live& l : live) {
           ASSERT_TRUE(*off + rounded <= l.offset || l.offset + l.length <= *off)
-              << "step " << step << ": [" << *off << ", +" << rounded << ") overlaps ["
-              << l.offset << ", +" << l.length << ")";
+              << "step " << step << ": [" << *off << ", +" << rounded << ") overlaps [" << l.offset
+              << ", +" << l.length << ")";
         }
         live.push_back({*off, rounded});
       }

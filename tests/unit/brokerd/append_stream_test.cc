@@ -19,7 +19,6 @@
 
 #include "brokerd/append_batcher.h"
 #include "common/protocol/uuid.h"
-#include "common/record/batch.h"
 #include "common/util/frames.h"
 #include "storaged/append_socket.h"
 #include "tests/unit/brokerd/real_storage_fixture.h"
@@ -28,17 +27,6 @@ namespace runnel::brokerd {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::string Batch(int count, const std::string& value) {
-  record::BatchBuilder b({});
-  for (int i = 0; i < count; ++i) {
-    b.Add(1000 + i, record::ByteSpan(),
-          record::ByteSpan(reinterpret_cast<const uint8_t*>(value.data()), value.size()));
-  }
-  auto bytes = b.Build();
-  EXPECT_TRUE(bytes.ok());
-  return bytes.ok() ? std::string(bytes->begin(), bytes->end()) : std::string();
-}
 
 class AppendStreamTest : public RealStorageTest {
  protected:
@@ -70,18 +58,6 @@ class AppendStreamTest : public RealStorageTest {
       std::this_thread::sleep_for(10ms);
     }
     FAIL() << "the stream's connected() did not become " << want;
-  }
-
-  void CreateTopic(int partitions) {
-    storage::PartitionsRequest req;
-    std::string id = protocol::Uuid::Random().ToString();
-    for (int p = 0; p < partitions; ++p) {
-      auto* spec = req.add_partitions();
-      spec->set_topic("t");
-      spec->set_partition(p);
-      spec->set_topic_id(id);
-    }
-    CreatePartitions(req);
   }
 
   // One request of one append of one record to partition 0 of "t".
@@ -205,30 +181,7 @@ TEST_F(AppendStreamTest, TheBatcherAppendsThroughTheSocketInOrder) {
   WaitConnected(*stream, true);
   AppendBatcher batcher(loop_, *storage_, /*max_calls_in_flight=*/4, /*max_bytes_per_call=*/300,
                         AppendBatcher::kDefaultSharedBytes, stream);
-  constexpr int kAppends = 60;
-  std::promise<void> all_done;
-  std::vector<std::pair<int, int64_t>> results(kAppends, {-1, -1});
-  int finished = 0;
-  OnLoop([&] {
-    for (int i = 0; i < kAppends; ++i) {
-      storage::AppendPartition a;
-      a.set_topic("t");
-      a.set_partition(i % 3);
-      a.set_records(Batch(2, "value-" + std::to_string(i)));
-      batcher.Append(std::move(a), 10s,
-                     [&, i](const grpc::Status& s, const storage::AppendPartitionResult& r) {
-                       EXPECT_TRUE(s.ok()) << s.error_message();
-                       results[i] = {r.error_code(), r.base_offset()};
-                       if (++finished == kAppends) all_done.set_value();
-                     });
-    }
-  });
-  ASSERT_EQ(all_done.get_future().wait_for(20s), std::future_status::ready);
-  OnLoop([] {});
-  for (int i = 0; i < kAppends; ++i) {
-    EXPECT_EQ(results[i].first, 0) << i;
-    EXPECT_EQ(results[i].second, 2 * (i / 3)) << "append " << i;
-  }
+  ExpectOrderedAppends(batcher);
   // 60 appends of about 100 bytes, at most 300 bytes a call: at least 20 calls, all answered
   // by the socket (none by gRPC).
   EXPECT_GE(append_server_->requests_answered(), 20u);

@@ -12,13 +12,30 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
+#include "brokerd/append_batcher.h"
 #include "brokerd/net/event_loop.h"
 #include "brokerd/storage_client.h"
 #include "common/grpc/unix_server.h"
+#include "common/protocol/uuid.h"
+#include "common/record/batch.h"
 #include "storaged/storage_service.h"
 
 namespace runnel::brokerd {
+
+// One v2 batch of `count` records, each with a null key and `value`.
+inline std::string Batch(int count, const std::string& value) {
+  record::BatchBuilder b({});
+  for (int i = 0; i < count; ++i) {
+    b.Add(1000 + i, record::ByteSpan(),
+          record::ByteSpan(reinterpret_cast<const uint8_t*>(value.data()), value.size()));
+  }
+  auto bytes = b.Build();
+  EXPECT_TRUE(bytes.ok());
+  return bytes.ok() ? std::string(bytes->begin(), bytes->end()) : std::string();
+}
 
 class RealStorageTest : public ::testing::Test {
  protected:
@@ -108,6 +125,50 @@ class RealStorageTest : public ::testing::Test {
     ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
     storage::PartitionsResponse resp = f.get();
     for (const auto& r : resp.partitions()) EXPECT_EQ(r.error_code(), 0) << r.error_message();
+  }
+
+  // Creates topic "t" with `partitions` partitions and expects them created.
+  void CreateTopic(int partitions) {
+    storage::PartitionsRequest req;
+    std::string id = protocol::Uuid::Random().ToString();
+    for (int p = 0; p < partitions; ++p) {
+      auto* spec = req.add_partitions();
+      spec->set_topic("t");
+      spec->set_partition(p);
+      spec->set_topic_id(id);
+    }
+    CreatePartitions(req);
+  }
+
+  // 60 appends of 2 records queued at once on the loop, to partitions 0-2 of "t" in turn
+  // (created empty): each partition's appends get consecutive offsets in the order queued.
+  // With a small byte bound per call in `batcher`, they take many calls.
+  void ExpectOrderedAppends(AppendBatcher& batcher) {
+    constexpr int kAppends = 60;
+    std::promise<void> all_done;
+    std::vector<std::pair<int, int64_t>> results(kAppends, {-1, -1});
+    int finished = 0;
+    OnLoop([&] {
+      for (int i = 0; i < kAppends; ++i) {
+        storage::AppendPartition a;
+        a.set_topic("t");
+        a.set_partition(i % 3);
+        a.set_records(Batch(2, "value-" + std::to_string(i)));
+        batcher.Append(std::move(a), std::chrono::seconds(10),
+                       [&, i](const grpc::Status& s, const storage::AppendPartitionResult& r) {
+                         EXPECT_TRUE(s.ok()) << s.error_message();
+                         results[i] = {r.error_code(), r.base_offset()};
+                         if (++finished == kAppends) all_done.set_value();
+                       });
+      }
+    });
+    ASSERT_EQ(all_done.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+    OnLoop([] {});  // the batcher's last callback has returned
+    for (int i = 0; i < kAppends; ++i) {
+      EXPECT_EQ(results[i].first, 0) << i;
+      // The k-th append to a partition holds offsets 2k and 2k+1.
+      EXPECT_EQ(results[i].second, 2 * (i / 3)) << "append " << i;
+    }
   }
 
   std::string root_, socket_;

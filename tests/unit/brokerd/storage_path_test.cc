@@ -9,77 +9,25 @@
 #include "brokerd/append_batcher.h"
 #include "brokerd/partition_states.h"
 #include "common/protocol/uuid.h"
-#include "common/record/batch.h"
 #include "tests/unit/brokerd/real_storage_fixture.h"
 
 namespace runnel::brokerd {
 namespace {
 
-std::string Batch(int count, const std::string& value) {
-  record::BatchBuilder b({});
-  for (int i = 0; i < count; ++i) {
-    b.Add(1000 + i, record::ByteSpan(),
-          record::ByteSpan(reinterpret_cast<const uint8_t*>(value.data()), value.size()));
-  }
-  auto bytes = b.Build();
-  EXPECT_TRUE(bytes.ok());
-  return bytes.ok() ? std::string(bytes->begin(), bytes->end()) : std::string();
-}
-
-class StoragePathTest : public RealStorageTest {
- protected:
-  using RealStorageTest::CreatePartitions;
-
-  // Creates topic "t" with `n` partitions.
-  void CreatePartitions(int n) {
-    storage::PartitionsRequest req;
-    std::string id = protocol::Uuid::Random().ToString();
-    for (int p = 0; p < n; ++p) {
-      auto* spec = req.add_partitions();
-      spec->set_topic("t");
-      spec->set_partition(p);
-      spec->set_topic_id(id);
-    }
-    CreatePartitions(req);
-  }
-};
+using StoragePathTest = RealStorageTest;
 
 // Many appends queued at once to few partitions, with one call in flight at a time and a
 // small byte bound per call so they need many calls: every partition's appends get
 // consecutive offsets in the order they were queued.
 TEST_F(StoragePathTest, AppendsKeepTheirOrderPerPartitionAcrossCalls) {
-  CreatePartitions(3);
+  CreateTopic(3);
   AppendBatcher batcher(loop_, *storage_, /*max_calls_in_flight=*/2, /*max_bytes_per_call=*/300);
-  constexpr int kAppends = 60;
-  std::promise<void> all_done;
-  std::vector<std::pair<int, int64_t>> results(kAppends, {-1, -1});
-  int finished = 0;
-  OnLoop([&] {
-    for (int i = 0; i < kAppends; ++i) {
-      storage::AppendPartition a;
-      a.set_topic("t");
-      a.set_partition(i % 3);
-      a.set_records(Batch(2, "value-" + std::to_string(i)));
-      batcher.Append(std::move(a), std::chrono::seconds(10),
-                     [&, i](const grpc::Status& s, const storage::AppendPartitionResult& r) {
-                       EXPECT_TRUE(s.ok()) << s.error_message();
-                       results[i] = {r.error_code(), r.base_offset()};
-                       if (++finished == kAppends) all_done.set_value();
-                     });
-    }
-  });
-  ASSERT_EQ(all_done.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
-  OnLoop([] {});  // the batcher's last callback has returned
-  for (int i = 0; i < kAppends; ++i) {
-    EXPECT_EQ(results[i].first, 0) << i;
-    // The k-th append to a partition holds offsets 2k and 2k+1.
-    EXPECT_EQ(results[i].second, 2 * (i / 3)) << "append " << i;
-  }
+  ExpectOrderedAppends(batcher);
 }
 
 // A bad batch fails only its own entry, not the others sharing its call.
 TEST_F(StoragePathTest, ABadAppendFailsAlone) {
-  CreatePartitions(1);
+  CreateTopic(1);
   AppendBatcher batcher(loop_, *storage_);
   std::promise<void> all_done;
   std::vector<int> errors(3, -1);
@@ -110,7 +58,7 @@ TEST_F(StoragePathTest, ABadAppendFailsAlone) {
 // arena off) and through a region too small for most of them (partition 2, so some go one
 // way and some the other) leave byte-identical logs, with the same offsets.
 TEST_F(StoragePathTest, SharedMemoryAndMessageAppendsWriteTheSameLog) {
-  CreatePartitions(3);
+  CreateTopic(3);
   AppendBatcher shared(loop_, *storage_);
   AppendBatcher inline_bytes(loop_, *storage_, AppendBatcher::kDefaultCallsInFlight,
                              AppendBatcher::kDefaultBytesPerCall, /*shared_bytes=*/0);
@@ -131,8 +79,7 @@ TEST_F(StoragePathTest, SharedMemoryAndMessageAppendsWriteTheSameLog) {
         a.set_partition(p);
         batchers[p]->Append(
             std::move(a),
-            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(batch.data()),
-                                     batch.size()),
+            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(batch.data()), batch.size()),
             std::chrono::seconds(10),
             [&, i, p](const grpc::Status& s, const storage::AppendPartitionResult& r) {
               EXPECT_TRUE(s.ok()) << s.error_message();
@@ -164,7 +111,7 @@ TEST_F(StoragePathTest, SharedMemoryAndMessageAppendsWriteTheSameLog) {
 // The watch stream's snapshot and changes reach PartitionStates, and a Watch on a partition
 // fires when an append moves its end.
 TEST_F(StoragePathTest, WatchFiresWhenAPartitionGrows) {
-  CreatePartitions(2);
+  CreateTopic(2);
   PartitionStates states;
   std::promise<void> ready;
   bool ready_set = false;
