@@ -43,6 +43,10 @@ struct WriteRequest {
 AppendStream::AppendStream(EventLoop& loop, std::string socket_path)
     : loop_(loop), socket_path_(std::move(socket_path)) {}
 
+bool AppendStream::connected() const { return conn_ != nullptr && conn_->connected; }
+
+void AppendStream::OnTimer(uv_timer_t* timer) { static_cast<AppendStream*>(timer->data)->OnTick(); }
+
 void AppendStream::Start() {
   if (started_ || closed_) return;
   started_ = true;
@@ -90,7 +94,6 @@ void AppendStream::OnConnected(Connection* conn, int status) {
     return;
   }
   conn->connected = true;
-  conn_connected_ = true;
   backoff_ = kMinBackoff;
   Log()->info("appends go to storaged through {}", socket_path_);
   UpdateTimer();
@@ -138,8 +141,7 @@ void AppendStream::BreakSoon(grpc::Status why) {
   if (!break_soon_) break_soon_ = std::move(why);
   if (!started_ || closed_) return;
   timer_running_ = true;
-  uv_timer_start(
-      &timer_, [](uv_timer_t* t) { static_cast<AppendStream*>(t->data)->OnTick(); }, 0, kTickMs);
+  uv_timer_start(&timer_, OnTimer, 0, kTickMs);
 }
 
 void AppendStream::OnRead(Connection* conn, ssize_t nread, const uv_buf_t* buf) {
@@ -198,7 +200,7 @@ void AppendStream::OnTick() {
 }
 
 void AppendStream::Broken(const grpc::Status& why) {
-  if (conn_ != nullptr && conn_->connected) {
+  if (connected()) {
     Log()->warn("{}; appends go through gRPC until the append socket is back", why.error_message());
   }
   Drop();
@@ -213,9 +215,7 @@ void AppendStream::Drop() {
   Connection* conn = conn_;
   if (conn == nullptr) return;
   conn_ = nullptr;
-  conn_connected_ = false;
   conn->owner = nullptr;
-  if (conn->connected) uv_read_stop(reinterpret_cast<uv_stream_t*>(&conn->pipe));
   uv_close(reinterpret_cast<uv_handle_t*>(&conn->pipe),
            [](uv_handle_t* h) { delete static_cast<Connection*>(h->data); });
   reconnect_at_ = std::chrono::steady_clock::now() + backoff_;
@@ -228,9 +228,7 @@ void AppendStream::UpdateTimer() {
   if (wanted == timer_running_) return;
   timer_running_ = wanted;
   if (wanted) {
-    uv_timer_start(
-        &timer_, [](uv_timer_t* t) { static_cast<AppendStream*>(t->data)->OnTick(); }, kTickMs,
-        kTickMs);
+    uv_timer_start(&timer_, OnTimer, kTickMs, kTickMs);
   } else {
     uv_timer_stop(&timer_);
   }

@@ -42,7 +42,7 @@ class AppendStream {
   // Starts connecting.
   void Start();
   // Whether Append may be called: connected and not closed.
-  bool connected() const { return conn_ != nullptr && conn_connected_; }
+  bool connected() const;
   // Sends one request, meant for while connected() (otherwise it fails with UNAVAILABLE).
   // `done` runs later, never inside this call, with storaged's answer or a failure as above.
   void Append(storage::AppendRequest req, std::chrono::milliseconds timeout, Done done);
@@ -68,6 +68,7 @@ class AppendStream {
   void OnConnected(Connection* conn, int status);
   void OnRead(Connection* conn, ssize_t nread, const uv_buf_t* buf);
   void OnTick();
+  static void OnTimer(uv_timer_t* timer);
   // Drops the connection and fails every call in flight with `why`.
   void Broken(const grpc::Status& why);
   // The same from the timer's next run (at once), for failures met inside Append.
@@ -80,9 +81,8 @@ class AppendStream {
 
   EventLoop& loop_;
   const std::string socket_path_;
-  Connection* conn_ = nullptr;
-  bool conn_connected_ = false;  // conn_ is connected (not still connecting)
-  std::deque<Call> calls_;       // sent, in order, not yet answered
+  Connection* conn_ = nullptr;  // connecting or connected
+  std::deque<Call> calls_;      // sent, in order, not yet answered
   uint64_t next_id_ = 1;
   uv_timer_t timer_;
   bool started_ = false;
