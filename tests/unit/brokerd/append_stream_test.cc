@@ -75,20 +75,29 @@ class AppendStreamTest : public RealStorageTest {
     storage::AppendResponse response;
   };
 
-  // Sends OneAppend() with `timeout` and waits (bounded) for its answer.
-  Answer AppendAndWait(AppendStream& stream, std::chrono::milliseconds timeout) {
+  // Sends `req` with `timeout` and waits (bounded) for its answer.
+  Answer AppendAndWait(AppendStream& stream, std::chrono::milliseconds timeout,
+                       storage::AppendRequest req = OneAppend()) {
     std::promise<Answer> answer;
     bool inside = true;
     OnLoop([&] {
-      stream.Append(OneAppend(), timeout, [&](const grpc::Status& s, storage::AppendResponse& r) {
-        EXPECT_FALSE(inside) << "done ran inside Append";
-        answer.set_value(Answer{s, r});
-      });
+      stream.Append(std::move(req), timeout,
+                    [&](const grpc::Status& s, storage::AppendResponse& r) {
+                      EXPECT_FALSE(inside) << "done ran inside Append";
+                      answer.set_value(Answer{s, r});
+                    });
       inside = false;
     });
     auto f = answer.get_future();
     EXPECT_EQ(f.wait_for(10s), std::future_status::ready);
     return f.valid() && f.wait_for(0s) == std::future_status::ready ? f.get() : Answer{};
+  }
+
+  // Serves storaged's real AppendSocketServer on root_/a.sock as append_server_.
+  void StartServer() {
+    auto server = storaged::AppendSocketServer::Start(root_ + "/a.sock", *service_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    append_server_ = std::move(*server);
   }
 
   std::unique_ptr<storaged::AppendSocketServer> append_server_;
@@ -174,9 +183,7 @@ void WriteResponse(int fd, const storage::AppendStreamResponse& resp) {
 // order queued, and every call went over the socket.
 TEST_F(AppendStreamTest, TheBatcherAppendsThroughTheSocketInOrder) {
   CreateTopic(3);
-  auto server = storaged::AppendSocketServer::Start(root_ + "/a.sock", *service_);
-  ASSERT_TRUE(server.ok()) << server.status();
-  append_server_ = std::move(*server);
+  StartServer();
   auto stream = StartStream(root_ + "/a.sock");
   WaitConnected(*stream, true);
   AppendBatcher batcher(loop_, *storage_, /*max_calls_in_flight=*/4, /*max_bytes_per_call=*/300,
@@ -191,9 +198,7 @@ TEST_F(AppendStreamTest, TheBatcherAppendsThroughTheSocketInOrder) {
 // storaged's answer carries its per-partition errors and a failed call's status.
 TEST_F(AppendStreamTest, AnswersCarryPartitionErrorsAndCallStatus) {
   CreateTopic(1);
-  auto server = storaged::AppendSocketServer::Start(root_ + "/a.sock", *service_);
-  ASSERT_TRUE(server.ok()) << server.status();
-  append_server_ = std::move(*server);
+  StartServer();
   auto stream = StartStream(root_ + "/a.sock");
   WaitConnected(*stream, true);
 
@@ -204,39 +209,24 @@ TEST_F(AppendStreamTest, AnswersCarryPartitionErrorsAndCallStatus) {
   EXPECT_EQ(ok.response.partitions(0).base_offset(), 0);
 
   // An unknown partition is its error code in an OK answer.
-  std::promise<Answer> unknown;
-  OnLoop([&] {
-    storage::AppendRequest req = OneAppend();
-    req.mutable_partitions(0)->set_partition(7);
-    stream->Append(std::move(req), 10s, [&](const grpc::Status& s, storage::AppendResponse& r) {
-      unknown.set_value(Answer{s, r});
-    });
-  });
-  auto f = unknown.get_future();
-  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
-  Answer u = f.get();
+  storage::AppendRequest to_unknown = OneAppend();
+  to_unknown.mutable_partitions(0)->set_partition(7);
+  Answer u = AppendAndWait(*stream, 10s, std::move(to_unknown));
   ASSERT_TRUE(u.status.ok());
   ASSERT_EQ(u.response.partitions_size(), 1);
   EXPECT_EQ(u.response.partitions(0).error_code(),
             static_cast<int>(protocol::ErrorCode::kUnknownTopicOrPartition));
 
   // Shared bytes storaged cannot map fail the whole call with FAILED_PRECONDITION.
-  std::promise<Answer> unmappable;
-  OnLoop([&] {
-    storage::AppendRequest req = OneAppend();
-    auto* shared = req.mutable_partitions(0)->mutable_shared();
-    shared->set_pid(::getpid());
-    shared->set_fd(987654);
-    shared->set_inode(1);
-    shared->set_length(10);
-    req.mutable_partitions(0)->clear_records();
-    stream->Append(std::move(req), 10s, [&](const grpc::Status& s, storage::AppendResponse& r) {
-      unmappable.set_value(Answer{s, r});
-    });
-  });
-  auto g = unmappable.get_future();
-  ASSERT_EQ(g.wait_for(10s), std::future_status::ready);
-  EXPECT_EQ(g.get().status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  storage::AppendRequest unmappable = OneAppend();
+  auto* shared = unmappable.mutable_partitions(0)->mutable_shared();
+  shared->set_pid(::getpid());
+  shared->set_fd(987654);
+  shared->set_inode(1);
+  shared->set_length(10);
+  unmappable.mutable_partitions(0)->clear_records();
+  EXPECT_EQ(AppendAndWait(*stream, 10s, std::move(unmappable)).status.error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
   // The connection is still up and answers the next call.
   EXPECT_TRUE(AppendAndWait(*stream, 10s).status.ok());
 }
@@ -314,11 +304,6 @@ TEST_F(AppendStreamTest, AppendWithoutAConnectionFailsLater) {
 // storaged's side, driven by a plain client socket.
 class AppendSocketServerTest : public AppendStreamTest {
  protected:
-  void StartServer() {
-    auto server = storaged::AppendSocketServer::Start(root_ + "/a.sock", *service_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    append_server_ = std::move(*server);
-  }
   int Connect() {
     int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
