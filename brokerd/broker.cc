@@ -105,7 +105,9 @@ Broker::~Broker() {
   loop_.Run();
   controller_.Stop();
   storage_.Stop();
-  if (grpc_server_) grpc_server_->Shutdown(std::chrono::system_clock::now());
+  if (grpc_server_) {
+    grpcutil::ShutdownUnixServer(*grpc_server_, socket_path_, std::chrono::system_clock::now());
+  }
 }
 
 void Broker::StopLoop() {
@@ -136,9 +138,9 @@ Status Broker::Start(const std::atomic<bool>& stop) {
   RUNNEL_RETURN_IF_ERROR(server_.Listen(listeners));
   // Answering from now on, so the supervisor sees a broker waiting for its controllers
   // rather than one that does not start.
-  std::string socket = grpcutil::SocketPath(config_.GetString("runnel.run.dir"), "brokerd");
+  socket_path_ = grpcutil::SocketPath(config_.GetString("runnel.run.dir"), "brokerd");
   RUNNEL_ASSIGN_OR_RETURN(grpc_server_,
-                          grpcutil::StartUnixServer(socket, {&admin_}, /*serving=*/false));
+                          grpcutil::StartUnixServer(socket_path_, {&admin_}, /*serving=*/false));
 
   // Advertise `advertised.listeners`, else `listeners` with the ports actually bound.
   std::vector<config::Listener> advertised = listeners;
@@ -319,7 +321,8 @@ int Broker::Run() {
   loop_.Run();
   controller_.Stop();
   storage_.Stop();
-  grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  grpcutil::ShutdownUnixServer(*grpc_server_, socket_path_,
+                               std::chrono::system_clock::now() + std::chrono::seconds(2));
   Log()->info("stopped");
   return 0;
 }

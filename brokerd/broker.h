@@ -85,6 +85,7 @@ class Broker {
   Dispatcher dispatcher_;
   KafkaServer server_;
   BrokerAdminImpl admin_;
+  std::string socket_path_;  // of grpc_server_
   std::unique_ptr<grpc::Server> grpc_server_;
   runnel::controller::RegisterBrokerRequest registration_;
   int64_t broker_epoch_ = -1;

@@ -65,6 +65,12 @@ StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(
   return server;
 }
 
+void ShutdownUnixServer(grpc::Server& server, const std::string& socket_path,
+                        std::chrono::system_clock::time_point deadline) {
+  server.Shutdown(deadline);
+  ::unlink(socket_path.c_str());
+}
+
 void SetServing(grpc::Server& server, bool serving) {
   if (auto* health = server.GetHealthCheckService()) health->SetServingStatus(serving);
 }

@@ -28,6 +28,12 @@ StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(
     const std::string& socket_path, const std::vector<grpc::Service*>& services,
     bool serving = true);
 
+// Shuts `server` down, letting calls in flight run until `deadline`, and removes its socket
+// file. gRPC removes the file it bound itself, but not one renamed into place (`serving`
+// false above), which would otherwise be left behind for the next start to clear.
+void ShutdownUnixServer(grpc::Server& server, const std::string& socket_path,
+                        std::chrono::system_clock::time_point deadline);
+
 // Sets the overall health of `server` (the "" service) to SERVING or NOT_SERVING.
 void SetServing(grpc::Server& server, bool serving);
 

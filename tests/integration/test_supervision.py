@@ -81,6 +81,9 @@ class SupervisionTest(unittest.TestCase):
         self.assertEqual(self.node.stop(), 0)
         for pid in pids:
             self.assertFalse(pid_alive(pid), pid)
+        # Every role and the supervisor remove their sockets (only the pid file may stay).
+        run_dir = os.path.join(self.node.dir, "run")
+        self.assertEqual([f for f in os.listdir(run_dir) if f.endswith(".sock")], [])
 
     def test_config_typo_stops_startup_naming_the_key(self):
         self.node = Node(extra_config={"num.partitions": "abc"})

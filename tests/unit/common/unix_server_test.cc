@@ -55,6 +55,18 @@ TEST_F(UnixServerTest, StartedNotServingAnswersNotServingUntilSet) {
   (*server)->Shutdown();
 }
 
+// gRPC removes a socket it bound, but not one renamed into place: ShutdownUnixServer does.
+TEST_F(UnixServerTest, ShutdownRemovesTheSocketEitherWay) {
+  for (bool serving : {true, false}) {
+    auto server = StartUnixServer(socket_, {&service_}, serving);
+    ASSERT_TRUE(server.ok()) << server.status();
+    ASSERT_TRUE(std::filesystem::is_socket(socket_));
+    ShutdownUnixServer(**server, socket_, std::chrono::system_clock::now());
+    EXPECT_FALSE(std::filesystem::exists(socket_)) << "serving=" << serving;
+    EXPECT_FALSE(HealthCheck(socket_, 500ms).ok());
+  }
+}
+
 TEST_F(UnixServerTest, NoServerIsNoAnswer) {
   auto serving = HealthCheck(socket_, 500ms);
   EXPECT_FALSE(serving.ok());
