@@ -30,10 +30,12 @@
 //   (CLOCK_MONOTONIC), so end-to-end latency is receive time minus send time. Records are
 //   sent on a fixed schedule (not after the previous one returns), so a stall shows up in
 //   the tail instead of being hidden.
+#include <dirent.h>
 #include <fmt/format.h>
 #include <librdkafka/rdkafka.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -69,6 +71,59 @@ double ClientCpuSeconds() {
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
          static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+// CPU seconds of each thread of this process by thread id, with the thread's name
+// (librdkafka names its threads rdk:main, rdk:broker<N>, ...), from /proc/self/task.
+struct ThreadCpu {
+  std::string name;
+  double cpu_s = 0;
+};
+std::map<int64_t, ThreadCpu> ThreadCpuSeconds() {
+  static const double kTicks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  std::map<int64_t, ThreadCpu> out;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return out;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const std::string base = fmt::format("/proc/self/task/{}/", e->d_name);
+    char buf[1024];
+    FILE* f = fopen((base + "stat").c_str(), "r");
+    if (f == nullptr) continue;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    // utime and stime are fields 14 and 15 of stat(5), counted after the ")" of the name.
+    const char* rest = strrchr(buf, ')');
+    unsigned long long utime = 0, stime = 0;
+    if (rest == nullptr ||
+        sscanf(rest + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+               &stime) != 2) {
+      continue;
+    }
+    ThreadCpu& t = out[strtoll(e->d_name, nullptr, 10)];
+    t.cpu_s = static_cast<double>(utime + stime) / kTicks;
+    if ((f = fopen((base + "comm").c_str(), "r")) != nullptr) {
+      n = fread(buf, 1, sizeof(buf) - 1, f);
+      fclose(f);
+      while (n > 0 && buf[n - 1] == '\n') --n;
+      t.name.assign(buf, n);
+    }
+  }
+  closedir(dir);
+  return out;
+}
+
+// The thread that used the most CPU between two ThreadCpuSeconds() snapshots.
+ThreadCpu BusiestThread(const std::map<int64_t, ThreadCpu>& before,
+                        const std::map<int64_t, ThreadCpu>& after) {
+  ThreadCpu busiest;
+  for (const auto& [tid, t] : after) {
+    auto it = before.find(tid);
+    double used = t.cpu_s - (it != before.end() ? it->second.cpu_s : 0.0);
+    if (used > busiest.cpu_s) busiest = ThreadCpu{t.name, used};
+  }
+  return busiest;
 }
 
 // Command-line options: `--name value`, `--flag`, and repeated `-X key=value`.
@@ -474,6 +529,7 @@ int Consume(Options& opt) {
   int64_t first_wait_ns = 0;
   int64_t streaming_ns = 0;
   const double cpu0 = ClientCpuSeconds();
+  const auto threads0 = ThreadCpuSeconds();
   const int64_t t0 = NowNs();
   for (int64_t pass = 0; pass < passes && !stalled; ++pass) {
     rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(partitions);
@@ -543,6 +599,7 @@ int Consume(Options& opt) {
   }
   const int64_t t1 = NowNs();
   const double client_cpu = ClientCpuSeconds() - cpu0;
+  const ThreadCpu busiest = BusiestThread(threads0, ThreadCpuSeconds());
   rd_kafka_queue_destroy(queue);
   CloseConsumer(rk);
 
@@ -557,19 +614,23 @@ int Consume(Options& opt) {
              "  {:.0f} records/s, {:.1f} MiB/s, {:.3f} s, client CPU {:.2f} s, "
              "{} order errors, {} consume errors\n"
              "  waiting for each pass's first record {:.3f} s in all; first to last record "
-             "{:.3f} s in all, {:.1f} MiB/s\n",
+             "{:.3f} s in all, {:.1f} MiB/s\n"
+             "  busiest client thread {} used {:.2f} s of CPU\n",
              topic, partitions, target, passes, rate, mib / elapsed, elapsed, client_cpu,
              order_errors, consume_errors, static_cast<double>(first_wait_ns) / 1e9,
-             static_cast<double>(streaming_ns) / 1e9, streaming_mib_per_s);
+             static_cast<double>(streaming_ns) / 1e9, streaming_mib_per_s, busiest.name,
+             busiest.cpu_s);
   fmt::print(
       "{{\"bench\":\"consume\",\"topic\":\"{}\",\"partitions\":{},\"records\":{},\"passes\":{},"
       "\"consumed\":{},\"bytes\":{},\"elapsed_s\":{:.6f},\"records_per_s\":{:.1f},"
       "\"mib_per_s\":{:.3f},\"client_cpu_s\":{:.3f},\"order_errors\":{},"
       "\"consume_errors\":{},\"first_record_wait_s\":{:.6f},\"streaming_s\":{:.6f},"
-      "\"streaming_mib_per_s\":{:.3f},\"ok\":{}}}\n",
+      "\"streaming_mib_per_s\":{:.3f},\"busiest_thread\":\"{}\",\"busiest_thread_cpu_s\":{:.3f},"
+      "\"ok\":{}}}\n",
       topic, partitions, target, passes, total_records, total_bytes, elapsed, rate, mib / elapsed,
       client_cpu, order_errors, consume_errors, static_cast<double>(first_wait_ns) / 1e9,
-      static_cast<double>(streaming_ns) / 1e9, streaming_mib_per_s, complete ? "true" : "false");
+      static_cast<double>(streaming_ns) / 1e9, streaming_mib_per_s, busiest.name, busiest.cpu_s,
+      complete ? "true" : "false");
   return complete ? kExitOk : kExitFailed;
 }
 
