@@ -30,15 +30,21 @@ void PartitionStates::Apply(const storage::PartitionChange& change, bool snapsho
   if (snapshot) {
     FireAll();
   } else {
-    for (const PartitionKey& key : changed) {
-      auto it = watches_by_key_.find(key);
-      if (it == watches_by_key_.end()) continue;
-      std::vector<WatchId> ids = std::move(it->second);
-      watches_by_key_.erase(it);
-      for (WatchId id : ids) Fire(id);
-    }
+    for (const PartitionKey& key : changed) FireKey(key);
   }
   Notify();
+}
+
+void PartitionStates::Advance(const std::string& topic, int32_t partition,
+                              const std::string& topic_id, int64_t high_watermark) {
+  PartitionKey key(topic, partition);
+  auto it = partitions_.find(key);
+  if (it == partitions_.end() || it->second.topic_id != topic_id) return;
+  StoredPartition& p = it->second;
+  if (high_watermark <= p.high_watermark) return;
+  p.high_watermark = high_watermark;
+  p.log_end_offset = std::max(p.log_end_offset, high_watermark);
+  FireKey(key);
 }
 
 void PartitionStates::Notify() {
@@ -87,6 +93,14 @@ void PartitionStates::Fire(WatchId id) {
   std::function<void()> fn = std::move(it->second.fn);
   Unwatch(id);
   fn();
+}
+
+void PartitionStates::FireKey(const PartitionKey& key) {
+  auto it = watches_by_key_.find(key);
+  if (it == watches_by_key_.end()) return;
+  std::vector<WatchId> ids = std::move(it->second);
+  watches_by_key_.erase(it);
+  for (WatchId id : ids) Fire(id);
 }
 
 void PartitionStates::FireAll() {

@@ -39,6 +39,15 @@ class PartitionStates {
 
   // Applies one message of the watch stream; a snapshot replaces everything known.
   void Apply(const storage::PartitionChange& change, bool snapshot);
+  // An append to the log of `topic_id` was answered with `high_watermark`: moves the
+  // partition's high watermark and log end up to it (never down) and runs its watches, ahead
+  // of the stream's message about the same append. Ignored when the partition is not known
+  // or is another log now (deleted and created again). It is not a message of the stream:
+  // the OnEveryChange and OnNextChange listeners, which follow which logs exist, do not run.
+  // A stream message taken before the append may still arrive after it and set the offsets
+  // back for a moment; the message about the append itself follows it.
+  void Advance(const std::string& topic, int32_t partition, const std::string& topic_id,
+               int64_t high_watermark);
   // The stream broke (storaged restarting): nothing is known until the next snapshot.
   void MarkLost();
 
@@ -67,6 +76,7 @@ class PartitionStates {
     std::function<void()> fn;
   };
   void Fire(WatchId id);
+  void FireKey(const PartitionKey& key);  // the watches of one partition
   void FireAll();
   void Notify();
 

@@ -281,6 +281,7 @@ grpc::Status StorageServiceImpl::AppendOwned(storage::AppendRequest* request,
       out->set_last_offset(-1);
       out->set_log_append_time(-1);
       out->set_log_start_offset(-1);
+      out->set_high_watermark(-1);
       ErrorCode error;
       std::shared_ptr<Log> log = FindLog(logs_, p.topic(), p.partition(), &error);
       if (!log) {
@@ -303,6 +304,8 @@ grpc::Status StorageServiceImpl::AppendOwned(storage::AppendRequest* request,
       out->set_last_offset(r.last_offset);
       out->set_log_append_time(r.log_append_time);
       out->set_log_start_offset(r.log_start_offset);
+      out->set_high_watermark(r.high_watermark);
+      out->set_topic_id(log->topic_id());
     }
     return grpc::Status::OK;
   });

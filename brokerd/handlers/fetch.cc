@@ -2,10 +2,10 @@
 // files, written to the socket with sendfile (no record byte is copied through brokerd).
 //
 // A fetch that finds less than min_bytes waits, without polling, for a change of one of its
-// partitions (PartitionStates, fed by storaged's watch stream) or for max_wait_ms, then
-// reads again. A partition whose fetch offset is its high watermark has nothing to read,
-// and is answered from PartitionStates without calling storaged, so an idle long poll
-// costs nothing until data arrives.
+// partitions (PartitionStates, fed by storaged's watch stream and moved ahead by the answers
+// to this brokerd's appends) or for max_wait_ms, then reads again. A partition whose fetch
+// offset is its high watermark has nothing to read, and is answered from PartitionStates
+// without calling storaged, so an idle long poll costs nothing until data arrives.
 //
 // Fetch sessions (KIP-227): every fetch is answered as a full, sessionless one (session id
 // 0), which a client takes as "no session"; a request naming a session id gets

@@ -167,8 +167,12 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
     auto* out = w.out;
     broker.appends.Append(
         std::move(w.append), w.records, timeout,
-        [pending, out, version](const grpc::Status& status,
-                                const storage::AppendPartitionResult& r) {
+        [&broker, pending, out, version](const grpc::Status& status,
+                                         const storage::AppendPartitionResult& r) {
+          if (status.ok() && r.error_code() == 0) {
+            // Fetches waiting for these records answer now, not at the watch stream's turn.
+            broker.partitions.Advance(r.topic(), r.partition(), r.topic_id(), r.high_watermark());
+          }
           if (!status.ok()) {
             out->error_code = static_cast<int16_t>(StorageCallError(status));
             if (version >= 8) out->error_message = status.error_message();

@@ -490,6 +490,7 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
                  (cfg.flush_messages != INT64_MAX &&
                   total - flushed_messages_snapshot_.load() >= cfg.flush_messages);
   result.log_start_offset = log_start_offset_.load();
+  result.high_watermark = next;  // a single replica: everything appended is committed
   return result;
 }
 
@@ -541,6 +542,7 @@ AppendResult Log::AppendWithOffsets(std::span<uint8_t> records) {
     if (!written.ok()) return Fail(ErrorCode::kKafkaStorageError, std::string(written.message()));
     log_end_offset_.store(result.last_offset + 1);
     result.log_start_offset = log_start_offset_.load();
+    result.high_watermark = result.last_offset + 1;
   }
   Notify();
   return result;

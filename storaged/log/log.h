@@ -45,6 +45,7 @@ struct AppendResult {
   int64_t last_offset = -1;       // last offset assigned
   int64_t log_append_time = -1;   // set when the topic uses LogAppendTime
   int64_t log_start_offset = -1;
+  int64_t high_watermark = -1;    // right after this append
 };
 
 // A byte range of a segment file, to send with sendfile (or read, when remote).

@@ -322,11 +322,14 @@ TEST_F(StorageServiceTest, AppendAssignsOffsetsAndReportsErrors) {
   EXPECT_EQ(r.last_offset(), 2);
   EXPECT_EQ(r.log_start_offset(), 0);
   EXPECT_EQ(r.log_append_time(), -1);
+  EXPECT_EQ(r.high_watermark(), 3);
+  EXPECT_EQ(r.topic_id(), topic_id_);
   // Two batches in one append.
   r = Append("t", 0, Batch(2) + Batch(4));
   EXPECT_EQ(r.error_code(), 0) << r.error_message();
   EXPECT_EQ(r.base_offset(), 3);
   EXPECT_EQ(r.last_offset(), 8);
+  EXPECT_EQ(r.high_watermark(), 9);
 
   EXPECT_EQ(Append("nope", 0, Batch(1)).error_code(), Code(ErrorCode::kUnknownTopicOrPartition));
 
@@ -336,6 +339,7 @@ TEST_F(StorageServiceTest, AppendAssignsOffsetsAndReportsErrors) {
   EXPECT_EQ(r.error_code(), Code(ErrorCode::kCorruptMessage));
   EXPECT_EQ(r.batch_index(), 1);
   EXPECT_EQ(r.base_offset(), -1);
+  EXPECT_EQ(r.high_watermark(), -1);
   EXPECT_NE(r.error_message(), "");
 
   // Nothing of the failed append was kept.
