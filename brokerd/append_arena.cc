@@ -84,8 +84,8 @@ std::shared_ptr<SharedRegion> SharedRegion::Create(uint64_t size, std::string* e
     ::close(fd);
     return nullptr;
   }
-  return std::shared_ptr<SharedRegion>(new SharedRegion(
-      fd, static_cast<uint64_t>(st.st_ino), static_cast<uint8_t*>(base), size));
+  return std::shared_ptr<SharedRegion>(
+      new SharedRegion(fd, static_cast<uint64_t>(st.st_ino), static_cast<uint8_t*>(base), size));
 }
 
 SharedRegion::SharedRegion(int fd, uint64_t inode, uint8_t* base, uint64_t size)
@@ -104,54 +104,69 @@ void SharedRegion::Describe(uint64_t offset, uint64_t length, storage::SharedByt
   out->set_length(length);
 }
 
-AppendArena::Block AppendArena::Put(std::span<const uint8_t> bytes,
-                                    storage::AppendPartition* out) {
-  Block block;
-  if (region_bytes_ > 0 && !bytes.empty()) {
-    if (!current_) {
-      std::string error;
-      current_ = SharedRegion::Create(region_bytes_, &error);
-      if (!current_) {
-        Log()->warn("produce bytes go through gRPC from now on: no shared memory ({})", error);
-        region_bytes_ = 0;
-      }
-    }
-    if (current_) {
-      if (std::optional<uint64_t> offset = current_->allocator().Alloc(bytes.size())) {
-        std::memcpy(current_->base() + *offset, bytes.data(), bytes.size());
-        current_->Describe(*offset, bytes.size(), out->mutable_shared());
-        block.region = current_;
-        block.offset = *offset;
-        return block;
-      }
-    }
-  }
-  // Off, or full for now (more bytes in flight than the region holds): in the message.
-  out->set_records(bytes.data(), bytes.size());
-  return block;
+SharedBlock::~SharedBlock() {
+  if (!region_->abandoned) region_->allocator().Free(offset_);
 }
 
-void AppendArena::Release(Block& block) {
-  if (block.region && !block.region->abandoned) block.region->allocator().Free(block.offset);
-  block.region.reset();
+AppendArena::Block AppendArena::Reserve(uint64_t length) {
+  if (region_bytes_ == 0 || length == 0) return nullptr;
+  if (!current_) {
+    std::string error;
+    current_ = SharedRegion::Create(region_bytes_, &error);
+    if (!current_) {
+      Log()->warn("produce bytes go through gRPC from now on: no shared memory ({})", error);
+      region_bytes_ = 0;
+      return nullptr;
+    }
+  }
+  std::optional<uint64_t> offset = current_->allocator().Alloc(length);
+  if (!offset) return nullptr;  // more bytes in flight than the region holds, for now
+  return std::make_shared<SharedBlock>(current_, *offset, length);
 }
+
+AppendArena::Block AppendArena::Put(std::span<const uint8_t> bytes, storage::AppendPartition* out,
+                                    const std::shared_ptr<PlacedFrame>& within) {
+  if (region_bytes_ > 0 && !bytes.empty()) {
+    // Where the bytes already are, if that is a block storaged may still be given.
+    if (auto block = std::dynamic_pointer_cast<SharedBlock>(within);
+        block && !block->region()->abandoned && bytes.data() >= block->data() &&
+        bytes.data() + bytes.size() <= block->data() + block->size()) {
+      block->Describe(static_cast<uint64_t>(bytes.data() - block->data()), bytes.size(),
+                      out->mutable_shared());
+      return block;
+    }
+    if (Block block = Reserve(bytes.size())) {
+      std::memcpy(block->data(), bytes.data(), bytes.size());
+      block->Describe(0, bytes.size(), out->mutable_shared());
+      return block;
+    }
+  }
+  // Off, or full for now: in the message.
+  out->set_records(bytes.data(), bytes.size());
+  return nullptr;
+}
+
+void AppendArena::Release(Block& block) { block.reset(); }
 
 void AppendArena::Abandon(Block& block, bool shared_unusable, const std::string& why) {
-  if (!block.region) return;
-  if (!block.region->abandoned) {
-    block.region->abandoned = true;
-    Log()->info("a storaged call holding shared produce bytes failed ({}); its region is not "
-                "reused",
-                why);
+  if (!block) return;
+  const std::shared_ptr<SharedRegion>& region = block->region();
+  if (!region->abandoned) {
+    region->abandoned = true;
+    Log()->info(
+        "a storaged call holding shared produce bytes failed ({}); its region is not "
+        "reused",
+        why);
   }
-  if (current_ == block.region) current_.reset();
+  if (current_ == region) current_.reset();
   if (shared_unusable && region_bytes_ > 0) {
-    Log()->warn("produce bytes go through gRPC from now on: storaged cannot map brokerd's "
-                "shared memory ({})",
-                why);
+    Log()->warn(
+        "produce bytes go through gRPC from now on: storaged cannot map brokerd's "
+        "shared memory ({})",
+        why);
     region_bytes_ = 0;
   }
-  block.region.reset();
+  block.reset();
 }
 
 }  // namespace runnel::brokerd

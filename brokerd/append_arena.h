@@ -6,10 +6,13 @@
 // and the gRPC call carries only that name.
 //
 // The one rule that keeps this safe: brokerd never writes a block again once its call has
-// been sent, until storaged has answered it. A block is reused only after its call
+// been sent, until storaged has answered it. A block is reused only after its calls
 // succeeded; when a call fails (timed out, cancelled, storaged gone) storaged may still be
 // reading the block, so the whole region is abandoned: it is never written again, and a new
 // region takes its place. A region is unmapped when its last block is let go.
+//
+// A large produce request can be read from its socket straight into a block (the block is
+// a PlacedFrame), and then its records are named where they lie, with no copy at all.
 //
 // Everything here runs on the loop thread.
 #pragma once
@@ -21,6 +24,7 @@
 #include <span>
 #include <string>
 
+#include "brokerd/net/request.h"
 #include "proto/runnel/storage.pb.h"
 
 namespace runnel::brokerd {
@@ -74,21 +78,47 @@ class SharedRegion {
   RingAllocator allocator_;
 };
 
+// A block of a region. Its space is given back when its last holder lets go, unless the
+// region was abandoned meanwhile.
+class SharedBlock : public PlacedFrame {
+ public:
+  SharedBlock(std::shared_ptr<SharedRegion> region, uint64_t offset, uint64_t length)
+      : region_(std::move(region)), offset_(offset), length_(length) {}
+  ~SharedBlock() override;
+  SharedBlock(const SharedBlock&) = delete;
+  SharedBlock& operator=(const SharedBlock&) = delete;
+
+  uint8_t* data() override { return region_->base() + offset_; }
+  size_t size() const override { return length_; }
+  const std::shared_ptr<SharedRegion>& region() const { return region_; }
+  // storaged's name for the `length` bytes at data() + `at`.
+  void Describe(uint64_t at, uint64_t length, storage::SharedBytes* out) const {
+    region_->Describe(offset_ + at, length, out);
+  }
+
+ private:
+  std::shared_ptr<SharedRegion> region_;
+  uint64_t offset_;
+  uint64_t length_;
+};
+
 class AppendArena {
  public:
-  // Bytes held by a call in flight. Empty (no region) when they went in the message.
-  struct Block {
-    std::shared_ptr<SharedRegion> region;
-    uint64_t offset = 0;
-  };
+  // Bytes held by a call in flight. Empty when they went in the message.
+  using Block = std::shared_ptr<SharedBlock>;
 
   // `region_bytes` 0 turns the arena off: every append carries its bytes in the message.
   explicit AppendArena(uint64_t region_bytes) : region_bytes_(region_bytes) {}
 
-  // Puts `bytes` in `out`: in shared memory when there is room (out->shared names them),
-  // otherwise in out->records. Returns the block to Release or Abandon when the call ends.
-  Block Put(std::span<const uint8_t> bytes, storage::AppendPartition* out);
-  // The call holding `block` succeeded: its space may be reused.
+  // A block of `length` bytes to write into, or nullptr when the arena is off or full.
+  Block Reserve(uint64_t length);
+  // Puts `bytes` in `out`: named where they are when they lie in `within` (a block of this
+  // arena's, written and not to be written again), else copied into shared memory when
+  // there is room (out->shared names them), otherwise in out->records. Returns the block to
+  // Release or Abandon when the call ends.
+  Block Put(std::span<const uint8_t> bytes, storage::AppendPartition* out,
+            const std::shared_ptr<PlacedFrame>& within = nullptr);
+  // The call holding `block` succeeded: its space may be reused once nothing else holds it.
   void Release(Block& block);
   // The call holding `block` failed, so storaged may still use it: its region is not
   // written again. `shared_unusable` says storaged could not map the region at all, which
@@ -96,6 +126,7 @@ class AppendArena {
   void Abandon(Block& block, bool shared_unusable, const std::string& why);
 
   bool enabled() const { return region_bytes_ > 0; }
+  uint64_t region_bytes() const { return region_bytes_; }  // 0 when off
 
  private:
   uint64_t region_bytes_;

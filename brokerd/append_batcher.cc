@@ -23,10 +23,11 @@ AppendBatcher::AppendBatcher(EventLoop& loop, StorageClient& storage, size_t max
       max_bytes_per_call_(max_bytes_per_call) {}
 
 void AppendBatcher::Append(storage::AppendPartition partition, std::span<const uint8_t> records,
-                           std::chrono::milliseconds timeout, Done done) {
+                           std::chrono::milliseconds timeout, Done done,
+                           const std::shared_ptr<PlacedFrame>& within) {
   PartitionKey key(partition.topic(), partition.partition());
   partition.clear_records();
-  AppendArena::Block block = arena_.Put(records, &partition);
+  AppendArena::Block block = arena_.Put(records, &partition, within);
   pending_.push_back(Entry{std::move(key), std::move(partition), std::move(block),
                            std::chrono::steady_clock::now() + timeout, std::move(done)});
   ScheduleFlush();

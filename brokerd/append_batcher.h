@@ -7,7 +7,8 @@
 // is sent (storaged applies the entries of one call in order).
 //
 // The record bytes of an append go to storaged through AppendArena's shared memory when
-// there is room, and in the message otherwise. A call goes over the append stream
+// there is room (where they are, when the request was read into it), and in the message
+// otherwise. A call goes over the append stream
 // (append_stream.h) when one is given and connected, and as a gRPC Append otherwise.
 #pragma once
 
@@ -41,12 +42,24 @@ class AppendBatcher {
                 size_t max_bytes_per_call = kDefaultBytesPerCall,
                 uint64_t shared_bytes = kDefaultSharedBytes, AppendStream* stream = nullptr);
 
-  // Appends `records` (copied before this returns) to the partition `partition` names; its
-  // own records field is not used.
+  // Appends `records` to the partition `partition` names; its own records field is not
+  // used. The bytes are copied before this returns, unless they lie in `within`, a block
+  // Reserve gave (then they are named where they are, and must not change).
   void Append(storage::AppendPartition partition, std::span<const uint8_t> records,
-              std::chrono::milliseconds timeout, Done done);
+              std::chrono::milliseconds timeout, Done done,
+              const std::shared_ptr<PlacedFrame>& within = nullptr);
   // The same with the bytes in partition.records().
   void Append(storage::AppendPartition partition, std::chrono::milliseconds timeout, Done done);
+
+  // Shared memory to read a produce request of `size` bytes into, so that its records reach
+  // storaged without a copy; nullptr when there is none to spare. A request larger than an
+  // eighth of the region is not placed: a client that sends one slowly would hold the
+  // region's space (the ring frees in order) from every other connection meanwhile.
+  std::shared_ptr<PlacedFrame> Reserve(size_t size) {
+    if (size > arena_.region_bytes() / kPlacedFrameShare) return nullptr;
+    return arena_.Reserve(size);
+  }
+  static constexpr uint64_t kPlacedFrameShare = 8;
 
  private:
   struct Entry {

@@ -94,7 +94,12 @@ Broker::Broker(const config::Config& config)
       server_(
           loop_, dispatcher_,
           ServerLimits{config.GetInt("socket.request.max.bytes"), config.GetInt("max.connections"),
-                       config.GetInt("max.connections.per.ip")}),
+                       config.GetInt("max.connections.per.ip")},
+          // Large produce requests are read into the memory shared with storaged.
+          [this](int16_t api_key, size_t size) -> std::shared_ptr<PlacedFrame> {
+            if (api_key != static_cast<int16_t>(protocol::ApiKey::kProduce)) return nullptr;
+            return appends_.Reserve(size);
+          }),
       admin_(loop_, metadata_, server_, node_id_) {
   metadata_.set_local_node_id(node_id_);
 }

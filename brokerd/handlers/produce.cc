@@ -88,7 +88,8 @@ struct Pending {
 }  // namespace
 
 void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, Respond respond) {
-  // The batches stay in the frame until AppendBatcher copies them on their way to storaged.
+  // The batches stay in the frame until AppendBatcher copies them on their way to storaged,
+  // or, when the frame was read into shared memory, names them there.
   ProduceRequest req;
   if (!DecodeRequest(*ctx, &req, /*borrow_records=*/true)) return respond(Response::Close());
   const int16_t version = ctx->header.api_version;
@@ -192,7 +193,8 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
             }
           }
           pending->Done();
-        });
+        },
+        pending->ctx->placed);
   }
   pending->Done();
 }

@@ -51,6 +51,8 @@ uint32_t ReadBigEndian32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
 }
 
+uint16_t ReadBigEndian16(const uint8_t* p) { return static_cast<uint16_t>((p[0] << 8) | p[1]); }
+
 // Byte ranges one sendmsg carries at most (Linux allows 1024).
 constexpr size_t kMaxIov = 256;
 // Reads per readable event, so one busy client cannot hold the loop (as libuv does).
@@ -192,9 +194,9 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
       // The rest of a large frame is read straight into its own buffer.
       uint8_t* target = read_buf_;
       size_t want = sizeof(read_buf_);
-      if (!big_frame_.empty()) {
-        target = big_frame_.data() + big_frame_filled_;
-        want = big_frame_.size() - big_frame_filled_;
+      if (big_frame_size_ > 0) {
+        target = BigFrameData() + big_frame_filled_;
+        want = big_frame_size_ - big_frame_filled_;
       }
       ssize_t n = ::read(fd_, target, want);
       if (n < 0 && errno == EINTR) continue;
@@ -209,11 +211,15 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
       }
       if (target != read_buf_) {
         big_frame_filled_ += static_cast<size_t>(n);
-        if (big_frame_filled_ == big_frame_.size()) {
-          FrameBytes frame = std::move(big_frame_);
+        if (big_frame_filled_ == big_frame_size_) {
+          auto request = std::make_unique<RequestContext>();
+          request->frame = std::move(big_frame_);
+          request->placed = std::move(big_placed_);
           big_frame_.clear();
+          big_placed_.reset();
+          big_frame_size_ = 0;
           big_frame_filled_ = 0;
-          HandleFrame(std::move(frame));
+          HandleFrame(std::move(request));
         }
       } else {
         in_.insert(in_.end(), read_buf_, read_buf_ + n);
@@ -244,25 +250,40 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
       if (in_.size() - pos - 4 < static_cast<size_t>(size)) {
         // A frame larger than the read buffer gets its own buffer now, so the rest of it is
         // read into place instead of being copied through in_ (a produce request of a few
-        // MiB would otherwise be copied twice more).
+        // MiB would otherwise be copied twice more). The placer may give the buffer, once
+        // the api key is known.
         if (static_cast<size_t>(size) > sizeof(read_buf_)) {
-          big_frame_.resize(static_cast<size_t>(size));
-          big_frame_filled_ = in_.size() - pos - 4;
-          std::memcpy(big_frame_.data(), in_.data() + pos + 4, big_frame_filled_);
+          const size_t have = in_.size() - pos - 4;
+          if (server_->placer_ && have >= 2) {
+            big_placed_ =
+                server_->placer_(static_cast<int16_t>(ReadBigEndian16(in_.data() + pos + 4)),
+                                 static_cast<size_t>(size));
+            if (big_placed_ && big_placed_->size() != static_cast<size_t>(size)) {
+              big_placed_.reset();
+            }
+          }
+          if (!big_placed_) big_frame_.resize(static_cast<size_t>(size));
+          big_frame_size_ = static_cast<size_t>(size);
+          big_frame_filled_ = have;
+          std::memcpy(BigFrameData(), in_.data() + pos + 4, have);
           pos = in_.size();
         }
         break;
       }
-      FrameBytes frame(in_.begin() + static_cast<ptrdiff_t>(pos + 4),
-                       in_.begin() + static_cast<ptrdiff_t>(pos + 4 + size));
+      auto request = std::make_unique<RequestContext>();
+      request->frame.assign(in_.begin() + static_cast<ptrdiff_t>(pos + 4),
+                            in_.begin() + static_cast<ptrdiff_t>(pos + 4 + size));
       pos += 4 + static_cast<size_t>(size);
-      HandleFrame(std::move(frame));
+      HandleFrame(std::move(request));
     }
     in_.erase(in_.begin(), in_.begin() + static_cast<ptrdiff_t>(pos));
   }
 
-  void HandleFrame(FrameBytes frame) {
-    auto request = std::make_unique<RequestContext>();
+  uint8_t* BigFrameData() { return big_placed_ ? big_placed_->data() : big_frame_.data(); }
+
+  // `request` holds the frame (in frame or placed) and nothing else yet.
+  void HandleFrame(std::unique_ptr<RequestContext> request) {
+    std::span<const uint8_t> frame = request->bytes();
     protocol::Reader reader(frame);
     // The header's own version depends on the API and version it starts with.
     Status st =
@@ -278,7 +299,6 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
       return;
     }
     request->body_offset = frame.size() - reader.remaining();
-    request->frame = std::move(frame);
     request->listener = listener_;
     request->peer = peer_;
     request->connection_id = id_;
@@ -493,15 +513,19 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
   std::deque<Outgoing> out_;  // responses to write, in order; the front may be partly written
   uint8_t read_buf_[64 * 1024];
   std::vector<uint8_t> in_;
-  // A frame larger than read_buf_ whose size is known, being read into place.
+  // A frame larger than read_buf_ whose size is known, being read into place: into
+  // big_placed_ when the server's placer gave one, else into big_frame_.
   FrameBytes big_frame_;  // resize() leaves it unzeroed: the socket's bytes go over it
+  std::shared_ptr<PlacedFrame> big_placed_;
+  size_t big_frame_size_ = 0;  // 0 when no large frame is being read
   size_t big_frame_filled_ = 0;
   std::deque<Slot> slots_;
   uint64_t next_seq_ = 0;
 };
 
-KafkaServer::KafkaServer(EventLoop& loop, RequestDispatcher& dispatcher, ServerLimits limits)
-    : loop_(loop), dispatcher_(dispatcher), limits_(limits) {}
+KafkaServer::KafkaServer(EventLoop& loop, RequestDispatcher& dispatcher, ServerLimits limits,
+                         FramePlacer placer)
+    : loop_(loop), dispatcher_(dispatcher), limits_(limits), placer_(std::move(placer)) {}
 
 KafkaServer::~KafkaServer() = default;
 

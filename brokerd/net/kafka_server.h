@@ -48,7 +48,9 @@ struct ServerLimits {
 
 class KafkaServer {
  public:
-  KafkaServer(EventLoop& loop, RequestDispatcher& dispatcher, ServerLimits limits);
+  // `placer`, when given, may say where a frame larger than the read buffer is read to.
+  KafkaServer(EventLoop& loop, RequestDispatcher& dispatcher, ServerLimits limits,
+              FramePlacer placer = nullptr);
   ~KafkaServer();
   KafkaServer(const KafkaServer&) = delete;
   KafkaServer& operator=(const KafkaServer&) = delete;
@@ -77,6 +79,7 @@ class KafkaServer {
   EventLoop& loop_;
   RequestDispatcher& dispatcher_;
   ServerLimits limits_;
+  FramePlacer placer_;
   std::vector<std::unique_ptr<Listener>> listeners_;
   std::map<std::string, int> bound_ports_;
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;

@@ -40,17 +40,32 @@ struct UninitializedAllocator : std::allocator<T> {
 
 using FrameBytes = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
 
+// Memory outside the server that a large frame is read into, so that its bytes need not be
+// copied again on their way on (a produce request's records into the memory brokerd shares
+// with storaged). The server writes all of it while reading the frame and never after.
+class PlacedFrame {
+ public:
+  virtual ~PlacedFrame() = default;
+  virtual uint8_t* data() = 0;
+  virtual size_t size() const = 0;
+};
+// Where to read a frame of `size` bytes for `api_key`: nullptr for the server's own buffer.
+using FramePlacer = std::function<std::shared_ptr<PlacedFrame>(int16_t api_key, size_t size)>;
+
 struct RequestContext {
   protocol::RequestHeader header;
-  FrameBytes frame;        // the whole frame without its 4-byte size prefix
-  size_t body_offset = 0;  // where the body starts in `frame`
-  std::string listener;    // name of the listener the connection came in on
-  std::string peer;        // "ip:port" of the client
+  FrameBytes frame;                     // the frame without its 4-byte size prefix, unless...
+  std::shared_ptr<PlacedFrame> placed;  // ...it was read here instead
+  size_t body_offset = 0;               // where the body starts in the frame
+  std::string listener;                 // name of the listener the connection came in on
+  std::string peer;                     // "ip:port" of the client
   uint64_t connection_id = 0;
 
-  std::span<const uint8_t> body() const {
-    return std::span<const uint8_t>(frame).subspan(body_offset);
+  std::span<const uint8_t> bytes() const {
+    if (placed) return std::span<const uint8_t>(placed->data(), placed->size());
+    return std::span<const uint8_t>(frame);
   }
+  std::span<const uint8_t> body() const { return bytes().subspan(body_offset); }
 };
 
 // What a handler answers. `bytes` starts with kSizePrefixBytes reserved bytes, which the

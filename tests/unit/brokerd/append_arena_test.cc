@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstring>
 #include <numeric>
+#include <span>
 #include <vector>
 
 namespace runnel::brokerd {
@@ -94,23 +96,23 @@ TEST(AppendArenaTest, PutsBytesInSharedMemoryAndReusesThemAfterASuccess) {
   std::vector<uint8_t> bytes = Bytes(1000, 7);
   storage::AppendPartition a;
   AppendArena::Block block = arena.Put(bytes, &a);
-  ASSERT_TRUE(block.region);
+  ASSERT_TRUE(block);
   EXPECT_TRUE(a.records().empty());
   ASSERT_TRUE(a.has_shared());
   EXPECT_EQ(a.shared().length(), 1000u);
   EXPECT_EQ(a.shared().pid(), ::getpid());
-  EXPECT_EQ(std::vector<uint8_t>(block.region->base() + a.shared().offset(),
-                                 block.region->base() + a.shared().offset() + 1000),
+  EXPECT_EQ(std::vector<uint8_t>(block->region()->base() + a.shared().offset(),
+                                 block->region()->base() + a.shared().offset() + 1000),
             bytes);
   const uint64_t first = a.shared().offset();
-  std::shared_ptr<SharedRegion> region = block.region;
+  std::shared_ptr<SharedRegion> region = block->region();
   arena.Release(block);
-  EXPECT_FALSE(block.region);
+  EXPECT_FALSE(block);
   EXPECT_EQ(region->allocator().live_blocks(), 0u);
 
   storage::AppendPartition b;
   AppendArena::Block again = arena.Put(bytes, &b);
-  EXPECT_EQ(again.region, region);
+  EXPECT_EQ(again->region(), region);
   EXPECT_EQ(b.shared().offset(), first);  // the released space, reused
 }
 
@@ -120,15 +122,15 @@ TEST(AppendArenaTest, AFailedCallsRegionIsNeverWrittenAgain) {
   storage::AppendPartition a, b;
   AppendArena::Block failed = arena.Put(bytes, &a);
   AppendArena::Block in_flight = arena.Put(bytes, &b);
-  std::shared_ptr<SharedRegion> old = failed.region;
-  ASSERT_TRUE(old);
+  ASSERT_TRUE(failed);
+  std::shared_ptr<SharedRegion> old = failed->region();
   arena.Abandon(failed, /*shared_unusable=*/false, "deadline exceeded");
   EXPECT_TRUE(old->abandoned);
 
   storage::AppendPartition c;
   AppendArena::Block next = arena.Put(bytes, &c);
-  ASSERT_TRUE(next.region);
-  EXPECT_NE(next.region, old);
+  ASSERT_TRUE(next);
+  EXPECT_NE(next->region(), old);
   EXPECT_NE(c.shared().inode(), a.shared().inode());
   // The other block of the old region completes later: the old region stays as it was.
   const uint8_t first_byte = old->base()[b.shared().offset()];
@@ -141,23 +143,93 @@ TEST(AppendArenaTest, BytesGoInTheMessageWhenOffFullOrRefused) {
   std::vector<uint8_t> bytes = Bytes(3000, 9);
   AppendArena off(0);
   storage::AppendPartition a;
-  EXPECT_FALSE(off.Put(bytes, &a).region);
+  EXPECT_FALSE(off.Put(bytes, &a));
   EXPECT_FALSE(a.has_shared());
   EXPECT_EQ(a.records(), std::string(bytes.begin(), bytes.end()));
 
   AppendArena small(4096);
   storage::AppendPartition b, c;
   AppendArena::Block held = small.Put(bytes, &b);
-  ASSERT_TRUE(held.region);
-  EXPECT_FALSE(small.Put(bytes, &c).region);  // full: in the message
+  ASSERT_TRUE(held);
+  EXPECT_FALSE(small.Put(bytes, &c));  // full: in the message
   EXPECT_EQ(c.records().size(), bytes.size());
 
   // storaged could not map the region: shared memory is off from then on.
   small.Abandon(held, /*shared_unusable=*/true, "cannot open");
   EXPECT_FALSE(small.enabled());
   storage::AppendPartition d;
-  EXPECT_FALSE(small.Put(bytes, &d).region);
+  EXPECT_FALSE(small.Put(bytes, &d));
   EXPECT_EQ(d.records().size(), bytes.size());
+}
+
+TEST(AppendArenaTest, BytesInsideAReservedBlockAreNamedWhereTheyLieAndFreedWithTheLastHolder) {
+  AppendArena arena(1 << 20);
+  AppendArena::Block frame = arena.Reserve(5000);
+  ASSERT_TRUE(frame);
+  ASSERT_EQ(frame->size(), 5000u);
+  std::vector<uint8_t> bytes = Bytes(5000, 3);
+  std::memcpy(frame->data(), bytes.data(), bytes.size());
+  std::shared_ptr<SharedRegion> region = frame->region();
+
+  // Two appends of parts of the frame: no copy, each named at its place in the region.
+  std::shared_ptr<PlacedFrame> placed = frame;
+  storage::AppendPartition a, b;
+  AppendArena::Block first = arena.Put(std::span(frame->data() + 100, 900), &a, placed);
+  AppendArena::Block second = arena.Put(std::span(frame->data() + 1000, 4000), &b, placed);
+  EXPECT_EQ(first, frame);
+  EXPECT_EQ(second, frame);
+  EXPECT_TRUE(a.records().empty());
+  EXPECT_EQ(a.shared().length(), 900u);
+  EXPECT_EQ(b.shared().offset() - a.shared().offset(), 900u);
+  EXPECT_EQ(std::vector<uint8_t>(region->base() + b.shared().offset(),
+                                 region->base() + b.shared().offset() + 4000),
+            std::vector<uint8_t>(bytes.begin() + 1000, bytes.end()));
+  EXPECT_EQ(region->allocator().live_blocks(), 1u);
+
+  // Bytes outside the block are copied into a block of their own.
+  std::vector<uint8_t> other = Bytes(10, 1);
+  storage::AppendPartition c;
+  AppendArena::Block copied = arena.Put(other, &c, placed);
+  ASSERT_TRUE(copied);
+  EXPECT_NE(copied, frame);
+  EXPECT_EQ(region->allocator().live_blocks(), 2u);
+
+  // The space comes back only when the calls and the request have all let go.
+  arena.Release(first);
+  arena.Release(second);
+  frame.reset();
+  EXPECT_EQ(region->allocator().live_blocks(), 2u);
+  placed.reset();
+  arena.Release(copied);
+  EXPECT_EQ(region->allocator().live_blocks(), 0u);
+}
+
+TEST(AppendArenaTest, AReservedBlockInAnAbandonedRegionIsCopiedNotNamed) {
+  AppendArena arena(1 << 20);
+  std::vector<uint8_t> bytes = Bytes(100, 1);
+  storage::AppendPartition a;
+  AppendArena::Block failed = arena.Put(bytes, &a);
+  std::shared_ptr<PlacedFrame> frame = arena.Reserve(100);
+  ASSERT_TRUE(frame);
+  std::memcpy(frame->data(), bytes.data(), bytes.size());
+  arena.Abandon(failed, /*shared_unusable=*/false, "deadline exceeded");
+
+  storage::AppendPartition b;
+  AppendArena::Block block = arena.Put(std::span(frame->data(), 100), &b, frame);
+  ASSERT_TRUE(block);
+  EXPECT_NE(block, frame);
+  EXPECT_NE(b.shared().inode(), a.shared().inode());  // in the new region
+}
+
+TEST(AppendArenaTest, ReserveIsNullWhenOffOrFull) {
+  AppendArena off(0);
+  EXPECT_FALSE(off.Reserve(100));
+  AppendArena small(4096);
+  AppendArena::Block held = small.Reserve(4096);
+  ASSERT_TRUE(held);
+  EXPECT_FALSE(small.Reserve(1));
+  held.reset();
+  EXPECT_TRUE(small.Reserve(4096));
 }
 
 }  // namespace

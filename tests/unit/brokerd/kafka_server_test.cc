@@ -39,7 +39,8 @@ class ReversingDispatcher : public RequestDispatcher {
   ReversingDispatcher(size_t batch, Make make) : batch_(batch), make_(std::move(make)) {}
   void Dispatch(std::unique_ptr<RequestContext> request, Respond respond) override {
     ++dispatched;
-    frames.emplace_back(request->frame.begin(), request->frame.end());
+    frames.emplace_back(request->bytes().begin(), request->bytes().end());
+    placed.push_back(request->placed);
     int32_t corr = request->header.correlation_id;
     held_.emplace_back(make_ ? make_(corr) : CorrelationResponse(corr), std::move(respond));
     if (held_.size() < batch_) return;
@@ -50,6 +51,7 @@ class ReversingDispatcher : public RequestDispatcher {
   std::atomic<int> dispatched{0};
   // Every frame dispatched (loop thread; read by the test after the answer arrived).
   std::vector<std::vector<uint8_t>> frames;
+  std::vector<std::shared_ptr<PlacedFrame>> placed;  // where each was read, if placed
 
  private:
   size_t batch_;
@@ -59,11 +61,12 @@ class ReversingDispatcher : public RequestDispatcher {
 
 class KafkaServerTest : public ::testing::Test {
  protected:
-  void StartServer(ServerLimits limits, size_t batch = 1, ReversingDispatcher::Make make = {}) {
+  void StartServer(ServerLimits limits, size_t batch = 1, ReversingDispatcher::Make make = {},
+                   FramePlacer placer = nullptr) {
     // As brokerd's main does: sendfile to a client that went away must not kill the test.
     std::signal(SIGPIPE, SIG_IGN);
     dispatcher_ = std::make_unique<ReversingDispatcher>(batch, std::move(make));
-    server_ = std::make_unique<KafkaServer>(loop_, *dispatcher_, limits);
+    server_ = std::make_unique<KafkaServer>(loop_, *dispatcher_, limits, std::move(placer));
     ASSERT_TRUE(server_->Listen({{"PLAINTEXT", "127.0.0.1", 0}}).ok());
     port_ = server_->bound_ports().at("PLAINTEXT");
     thread_ = std::thread([this] { loop_.Run(); });
@@ -283,6 +286,55 @@ TEST_F(KafkaServerTest, LargeFrameReadInPiecesArrivesIntact) {
   ASSERT_EQ(dispatcher_->frames.size(), 2u);
   EXPECT_TRUE(dispatcher_->frames[0] == std::vector<uint8_t>(big.begin() + 4, big.end()));
   EXPECT_TRUE(dispatcher_->frames[1] == std::vector<uint8_t>(small.begin() + 4, small.end()));
+  close(fd);
+}
+
+// A frame of memory the test owns, as the placer gives.
+class TestPlacedFrame : public PlacedFrame {
+ public:
+  explicit TestPlacedFrame(size_t size) : bytes_(size) {}
+  uint8_t* data() override { return bytes_.data(); }
+  size_t size() const override { return bytes_.size(); }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+// The placer is asked about each large frame with its api key and size; a frame it places
+// is read into its memory, and one it declines (or gives the wrong size for) into the
+// server's own.
+TEST_F(KafkaServerTest, LargeFramesAreReadWhereThePlacerSays) {
+  std::vector<std::pair<int16_t, size_t>> asked;  // loop thread, read after the answers
+  std::shared_ptr<PlacedFrame> given;
+  int calls = 0;
+  StartServer(ServerLimits{}, 1, {}, [&](int16_t api_key, size_t size) {
+    asked.emplace_back(api_key, size);
+    ++calls;
+    if (calls == 1) return given = std::make_shared<TestPlacedFrame>(size);
+    if (calls == 2) return std::shared_ptr<PlacedFrame>();
+    return std::shared_ptr<PlacedFrame>(std::make_shared<TestPlacedFrame>(size - 1));
+  });
+  int fd = Connect();
+  std::vector<std::vector<uint8_t>> bigs;
+  for (int32_t corr : {21, 22, 23}) {
+    std::vector<uint8_t> big = Frame(corr);
+    for (size_t i = 0; i < (200u << 10); ++i) big.push_back(static_cast<uint8_t>(i * 13 + corr));
+    const uint32_t size = static_cast<uint32_t>(big.size() - 4);
+    for (int k = 0; k < 4; ++k) big[k] = static_cast<uint8_t>(size >> (24 - 8 * k));
+    ASSERT_TRUE(Send(fd, big));
+    EXPECT_EQ(ReadCorrelation(fd), corr);
+    bigs.push_back(std::move(big));
+  }
+  ASSERT_EQ(asked.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(asked[i].first, 3);  // Metadata's api key
+    EXPECT_EQ(asked[i].second, bigs[i].size() - 4);
+    EXPECT_TRUE(dispatcher_->frames[i] == std::vector<uint8_t>(bigs[i].begin() + 4, bigs[i].end()))
+        << i;
+  }
+  EXPECT_EQ(dispatcher_->placed[0], given);
+  EXPECT_FALSE(dispatcher_->placed[1]);
+  EXPECT_FALSE(dispatcher_->placed[2]);  // the wrong size is not used
   close(fd);
 }
 

@@ -2,6 +2,7 @@
 // by the real watch stream, against a real StorageService on a Unix socket.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <future>
 #include <iterator>
@@ -106,6 +107,60 @@ TEST_F(StoragePathTest, SharedMemoryAndMessageAppendsWriteTheSameLog) {
   EXPECT_GT(first.size(), size_t{kAppends * 200});
   EXPECT_EQ(log(1), first);
   EXPECT_EQ(log(2), first);
+}
+
+// Batches that lie in a block Reserve gave (as a produce request read into shared memory)
+// reach storaged where they lie: storaged writes their base offsets into that very block,
+// which a copy would have left at 0. A frame over an eighth of the region is not placed.
+TEST_F(StoragePathTest, BatchesInAReservedBlockAreAppendedWhereTheyLie) {
+  CreateTopic(1);
+  AppendBatcher batcher(loop_, *storage_, AppendBatcher::kDefaultCallsInFlight,
+                        AppendBatcher::kDefaultBytesPerCall, /*shared_bytes=*/1 << 20);
+  const std::string first = Batch(3, "first");
+  const std::string second = Batch(2, "second");
+  std::shared_ptr<PlacedFrame> frame;
+  std::promise<void> all_done;
+  std::vector<int64_t> offsets(2, -2);
+  int finished = 0;
+  OnLoop([&] {
+    EXPECT_FALSE(batcher.Reserve((1 << 20) / AppendBatcher::kPlacedFrameShare + 1));
+    frame = batcher.Reserve(100 + first.size() + second.size());
+    ASSERT_TRUE(frame);
+    uint8_t* at = frame->data() + 100;  // as after a request header
+    std::memcpy(at, first.data(), first.size());
+    std::memcpy(at + first.size(), second.data(), second.size());
+    const std::span<const uint8_t> parts[] = {{at, first.size()},
+                                              {at + first.size(), second.size()}};
+    for (int i = 0; i < 2; ++i) {
+      storage::AppendPartition a;
+      a.set_topic("t");
+      a.set_partition(0);
+      batcher.Append(
+          std::move(a), parts[i], std::chrono::seconds(10),
+          [&, i](const grpc::Status& s, const storage::AppendPartitionResult& r) {
+            EXPECT_TRUE(s.ok()) << s.error_message();
+            EXPECT_EQ(r.error_code(), 0) << r.error_message();
+            offsets[i] = r.base_offset();
+            if (++finished == 2) all_done.set_value();
+          },
+          frame);
+    }
+  });
+  ASSERT_EQ(all_done.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  OnLoop([] {});
+  EXPECT_EQ(offsets[0], 0);
+  EXPECT_EQ(offsets[1], 3);
+  auto base_offset = [](const uint8_t* p) {
+    int64_t v = 0;
+    for (int k = 0; k < 8; ++k) v = (v << 8) | p[k];
+    return v;
+  };
+  EXPECT_EQ(base_offset(frame->data() + 100 + first.size()), 3);  // written in place
+  std::ifstream f(root_ + "/logs/t-0/00000000000000000000.log", std::ios::binary);
+  const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(log, std::string(reinterpret_cast<const char*>(frame->data() + 100),
+                             first.size() + second.size()));
+  OnLoop([&] { frame.reset(); });
 }
 
 // The watch stream's snapshot and changes reach PartitionStates, and a Watch on a partition
