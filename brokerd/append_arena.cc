@@ -108,21 +108,23 @@ SharedBlock::~SharedBlock() {
   if (!region_->abandoned) region_->allocator().Free(offset_);
 }
 
-AppendArena::Block AppendArena::Reserve(uint64_t length) {
+AppendArena::Block AppendArena::Allocate(std::shared_ptr<SharedRegion>& current, uint64_t length) {
   if (region_bytes_ == 0 || length == 0) return nullptr;
-  if (!current_) {
+  if (!current) {
     std::string error;
-    current_ = SharedRegion::Create(region_bytes_, &error);
-    if (!current_) {
+    current = SharedRegion::Create(region_bytes_, &error);
+    if (!current) {
       Log()->warn("produce bytes go through gRPC from now on: no shared memory ({})", error);
       region_bytes_ = 0;
       return nullptr;
     }
   }
-  std::optional<uint64_t> offset = current_->allocator().Alloc(length);
+  std::optional<uint64_t> offset = current->allocator().Alloc(length);
   if (!offset) return nullptr;  // more bytes in flight than the region holds, for now
-  return std::make_shared<SharedBlock>(current_, *offset, length);
+  return std::make_shared<SharedBlock>(current, *offset, length);
 }
+
+AppendArena::Block AppendArena::ReserveFrame(uint64_t length) { return Allocate(frames_, length); }
 
 AppendArena::Block AppendArena::Put(std::span<const uint8_t> bytes, storage::AppendPartition* out,
                                     const std::shared_ptr<PlacedFrame>& within) {
@@ -135,7 +137,7 @@ AppendArena::Block AppendArena::Put(std::span<const uint8_t> bytes, storage::App
                       out->mutable_shared());
       return block;
     }
-    if (Block block = Reserve(bytes.size())) {
+    if (Block block = Allocate(copies_, bytes.size())) {
       std::memcpy(block->data(), bytes.data(), bytes.size());
       block->Describe(0, bytes.size(), out->mutable_shared());
       return block;
@@ -158,7 +160,8 @@ void AppendArena::Abandon(Block& block, bool shared_unusable, const std::string&
         "reused",
         why);
   }
-  if (current_ == region) current_.reset();
+  if (copies_ == region) copies_.reset();
+  if (frames_ == region) frames_.reset();
   if (shared_unusable && region_bytes_ > 0) {
     Log()->warn(
         "produce bytes go through gRPC from now on: storaged cannot map brokerd's "

@@ -12,7 +12,10 @@
 // region takes its place. A region is unmapped when its last block is let go.
 //
 // A large produce request can be read from its socket straight into a block (the block is
-// a PlacedFrame), and then its records are named where they lie, with no copy at all.
+// a PlacedFrame), and then its records are named where they lie, with no copy at all. Such
+// blocks come from a region of their own: a client that sends its request slowly holds its
+// block for as long, and since a region's space comes back in order, it would otherwise
+// hold up the copies of every other connection's appends too.
 //
 // Everything here runs on the loop thread.
 #pragma once
@@ -110,12 +113,13 @@ class AppendArena {
   // `region_bytes` 0 turns the arena off: every append carries its bytes in the message.
   explicit AppendArena(uint64_t region_bytes) : region_bytes_(region_bytes) {}
 
-  // A block of `length` bytes to write into, or nullptr when the arena is off or full.
-  Block Reserve(uint64_t length);
+  // A block of `length` bytes to read a request into, from the frames' region, or nullptr
+  // when the arena is off or that region is full.
+  Block ReserveFrame(uint64_t length);
   // Puts `bytes` in `out`: named where they are when they lie in `within` (a block of this
-  // arena's, written and not to be written again), else copied into shared memory when
-  // there is room (out->shared names them), otherwise in out->records. Returns the block to
-  // Release or Abandon when the call ends.
+  // arena's, written and not to be written again), else copied into shared memory (the
+  // copies' region) when there is room (out->shared names them), otherwise in out->records.
+  // Returns the block to Release or Abandon when the call ends.
   Block Put(std::span<const uint8_t> bytes, storage::AppendPartition* out,
             const std::shared_ptr<PlacedFrame>& within = nullptr);
   // The call holding `block` succeeded: its space may be reused once nothing else holds it.
@@ -129,8 +133,12 @@ class AppendArena {
   uint64_t region_bytes() const { return region_bytes_; }  // 0 when off
 
  private:
+  // A block of `current`, made first when there is none (or it was abandoned).
+  Block Allocate(std::shared_ptr<SharedRegion>& current, uint64_t length);
+
   uint64_t region_bytes_;
-  std::shared_ptr<SharedRegion> current_;
+  std::shared_ptr<SharedRegion> copies_;  // for Put's copies
+  std::shared_ptr<SharedRegion> frames_;  // for ReserveFrame
 };
 
 }  // namespace runnel::brokerd

@@ -44,7 +44,7 @@ class AppendBatcher {
 
   // Appends `records` to the partition `partition` names; its own records field is not
   // used. The bytes are copied before this returns, unless they lie in `within`, a block
-  // Reserve gave (then they are named where they are, and must not change).
+  // ReserveFrame gave (then they are named where they are, and must not change).
   void Append(storage::AppendPartition partition, std::span<const uint8_t> records,
               std::chrono::milliseconds timeout, Done done,
               const std::shared_ptr<PlacedFrame>& within = nullptr);
@@ -52,12 +52,13 @@ class AppendBatcher {
   void Append(storage::AppendPartition partition, std::chrono::milliseconds timeout, Done done);
 
   // Shared memory to read a produce request of `size` bytes into, so that its records reach
-  // storaged without a copy; nullptr when there is none to spare. A request larger than an
-  // eighth of the region is not placed: a client that sends one slowly would hold the
-  // region's space (the ring frees in order) from every other connection meanwhile.
-  std::shared_ptr<PlacedFrame> Reserve(size_t size) {
+  // storaged without a copy; nullptr when there is none to spare (the request is then read
+  // into brokerd's memory and its records copied). Frames have a region of their own, so a
+  // slow client's frame never holds up the copies; a request over an eighth of the region
+  // is not placed, so that one alone cannot take most of the frames' region.
+  std::shared_ptr<PlacedFrame> ReserveFrame(size_t size) {
     if (size > arena_.region_bytes() / kPlacedFrameShare) return nullptr;
-    return arena_.Reserve(size);
+    return arena_.ReserveFrame(size);
   }
   static constexpr uint64_t kPlacedFrameShare = 8;
 

@@ -98,7 +98,7 @@ Broker::Broker(const config::Config& config)
           // Large produce requests are read into the memory shared with storaged.
           [this](int16_t api_key, size_t size) -> std::shared_ptr<PlacedFrame> {
             if (api_key != static_cast<int16_t>(protocol::ApiKey::kProduce)) return nullptr;
-            return appends_.Reserve(size);
+            return appends_.ReserveFrame(size);
           }),
       admin_(loop_, metadata_, server_, node_id_) {
   metadata_.set_local_node_id(node_id_);

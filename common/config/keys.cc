@@ -253,8 +253,9 @@ std::vector<KeyDef> Declare() {
       {"max.connections.per.ip", KeyType::kInt, "2147483647", 1, INT32_MAX,
        "Most client connections accepted from one IP address."},
       {"runnel.broker.append.shared.bytes", KeyType::kLong, "67108864", 0, int64_t{1} << 36,
-       "Size of the shared memory region that carries produced record bytes from brokerd to "
-       "storaged (the gRPC call then names them instead of holding them); appends that do "
+       "Size of each of the two shared memory regions that carry produced record bytes from "
+       "brokerd to storaged (the call then names them instead of holding them): one that "
+       "large produce requests are read into, one for copies of the rest. Appends that do "
        "not fit go in the call. 0: always in the call."},
       {"runnel.run.dir", KeyType::kPath, "./data/run", 0, 0,
        "Directory of the roles' Unix sockets (mode 0660) and pid files."},

@@ -164,7 +164,7 @@ TEST(AppendArenaTest, BytesGoInTheMessageWhenOffFullOrRefused) {
 
 TEST(AppendArenaTest, BytesInsideAReservedBlockAreNamedWhereTheyLieAndFreedWithTheLastHolder) {
   AppendArena arena(1 << 20);
-  AppendArena::Block frame = arena.Reserve(5000);
+  AppendArena::Block frame = arena.ReserveFrame(5000);
   ASSERT_TRUE(frame);
   ASSERT_EQ(frame->size(), 5000u);
   std::vector<uint8_t> bytes = Bytes(5000, 3);
@@ -186,50 +186,77 @@ TEST(AppendArenaTest, BytesInsideAReservedBlockAreNamedWhereTheyLieAndFreedWithT
             std::vector<uint8_t>(bytes.begin() + 1000, bytes.end()));
   EXPECT_EQ(region->allocator().live_blocks(), 1u);
 
-  // Bytes outside the block are copied into a block of their own.
+  // Bytes outside the block are copied into a block of their own, in the copies' region.
   std::vector<uint8_t> other = Bytes(10, 1);
   storage::AppendPartition c;
   AppendArena::Block copied = arena.Put(other, &c, placed);
   ASSERT_TRUE(copied);
   EXPECT_NE(copied, frame);
-  EXPECT_EQ(region->allocator().live_blocks(), 2u);
+  EXPECT_NE(copied->region(), region);
+  EXPECT_NE(c.shared().inode(), a.shared().inode());
+  EXPECT_EQ(region->allocator().live_blocks(), 1u);
 
   // The space comes back only when the calls and the request have all let go.
   arena.Release(first);
   arena.Release(second);
   frame.reset();
-  EXPECT_EQ(region->allocator().live_blocks(), 2u);
+  EXPECT_EQ(region->allocator().live_blocks(), 1u);
   placed.reset();
-  arena.Release(copied);
   EXPECT_EQ(region->allocator().live_blocks(), 0u);
+  std::shared_ptr<SharedRegion> copies = copied->region();
+  arena.Release(copied);
+  EXPECT_EQ(copies->allocator().live_blocks(), 0u);
 }
 
+// A call naming bytes of a frame failed: the frames' region is not written again, so the
+// rest of that frame is copied from then on, and the next frame comes from a new region.
 TEST(AppendArenaTest, AReservedBlockInAnAbandonedRegionIsCopiedNotNamed) {
   AppendArena arena(1 << 20);
-  std::vector<uint8_t> bytes = Bytes(100, 1);
-  storage::AppendPartition a;
-  AppendArena::Block failed = arena.Put(bytes, &a);
-  std::shared_ptr<PlacedFrame> frame = arena.Reserve(100);
+  std::vector<uint8_t> bytes = Bytes(200, 1);
+  std::shared_ptr<PlacedFrame> frame = arena.ReserveFrame(200);
   ASSERT_TRUE(frame);
   std::memcpy(frame->data(), bytes.data(), bytes.size());
+  storage::AppendPartition a;
+  AppendArena::Block failed = arena.Put(std::span(frame->data(), 100), &a, frame);
+  ASSERT_EQ(failed, frame);
   arena.Abandon(failed, /*shared_unusable=*/false, "deadline exceeded");
 
   storage::AppendPartition b;
-  AppendArena::Block block = arena.Put(std::span(frame->data(), 100), &b, frame);
+  AppendArena::Block block = arena.Put(std::span(frame->data() + 100, 100), &b, frame);
   ASSERT_TRUE(block);
   EXPECT_NE(block, frame);
-  EXPECT_NE(b.shared().inode(), a.shared().inode());  // in the new region
+  EXPECT_NE(b.shared().inode(), a.shared().inode());  // a copy, in the copies' region
+  AppendArena::Block next = arena.ReserveFrame(200);
+  ASSERT_TRUE(next);
+  EXPECT_NE(next->region(), std::dynamic_pointer_cast<SharedBlock>(frame)->region());
 }
 
-TEST(AppendArenaTest, ReserveIsNullWhenOffOrFull) {
+TEST(AppendArenaTest, ReserveFrameIsNullWhenOffOrFull) {
   AppendArena off(0);
-  EXPECT_FALSE(off.Reserve(100));
+  EXPECT_FALSE(off.ReserveFrame(100));
   AppendArena small(4096);
-  AppendArena::Block held = small.Reserve(4096);
+  AppendArena::Block held = small.ReserveFrame(4096);
   ASSERT_TRUE(held);
-  EXPECT_FALSE(small.Reserve(1));
+  EXPECT_FALSE(small.ReserveFrame(1));
   held.reset();
-  EXPECT_TRUE(small.Reserve(4096));
+  EXPECT_TRUE(small.ReserveFrame(4096));
+}
+
+// A frame whose request is still arriving (a slow client) holds its block for as long. The
+// copies of other appends go on through shared memory around and around their own region
+// all the while, instead of stopping once their ring comes back to the held block.
+TEST(AppendArenaTest, AFrameHeldLongDoesNotStopTheCopies) {
+  AppendArena arena(8192);
+  AppendArena::Block slow = arena.ReserveFrame(1024);
+  ASSERT_TRUE(slow);
+  std::vector<uint8_t> bytes = Bytes(4096, 5);
+  for (int i = 0; i < 10; ++i) {
+    storage::AppendPartition a;
+    AppendArena::Block block = arena.Put(bytes, &a);
+    ASSERT_TRUE(block) << "copy " << i << " went in the message";
+    EXPECT_TRUE(a.records().empty());
+    arena.Release(block);
+  }
 }
 
 }  // namespace

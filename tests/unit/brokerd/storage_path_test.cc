@@ -109,7 +109,7 @@ TEST_F(StoragePathTest, SharedMemoryAndMessageAppendsWriteTheSameLog) {
   EXPECT_EQ(log(2), first);
 }
 
-// Batches that lie in a block Reserve gave (as a produce request read into shared memory)
+// Batches that lie in a block ReserveFrame gave (as a produce request read into shared memory)
 // reach storaged where they lie: storaged writes their base offsets into that very block,
 // which a copy would have left at 0. A frame over an eighth of the region is not placed.
 TEST_F(StoragePathTest, BatchesInAReservedBlockAreAppendedWhereTheyLie) {
@@ -123,8 +123,8 @@ TEST_F(StoragePathTest, BatchesInAReservedBlockAreAppendedWhereTheyLie) {
   std::vector<int64_t> offsets(2, -2);
   int finished = 0;
   OnLoop([&] {
-    EXPECT_FALSE(batcher.Reserve((1 << 20) / AppendBatcher::kPlacedFrameShare + 1));
-    frame = batcher.Reserve(100 + first.size() + second.size());
+    EXPECT_FALSE(batcher.ReserveFrame((1 << 20) / AppendBatcher::kPlacedFrameShare + 1));
+    frame = batcher.ReserveFrame(100 + first.size() + second.size());
     ASSERT_TRUE(frame);
     uint8_t* at = frame->data() + 100;  // as after a request header
     std::memcpy(at, first.data(), first.size());
