@@ -194,9 +194,9 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
       // The rest of a large frame is read straight into its own buffer.
       uint8_t* target = read_buf_;
       size_t want = sizeof(read_buf_);
-      if (big_frame_size_ > 0) {
+      if (const size_t big = BigFrameSize(); big > 0) {
         target = BigFrameData() + big_frame_filled_;
-        want = big_frame_size_ - big_frame_filled_;
+        want = big - big_frame_filled_;
       }
       ssize_t n = ::read(fd_, target, want);
       if (n < 0 && errno == EINTR) continue;
@@ -211,13 +211,12 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
       }
       if (target != read_buf_) {
         big_frame_filled_ += static_cast<size_t>(n);
-        if (big_frame_filled_ == big_frame_size_) {
+        if (big_frame_filled_ == BigFrameSize()) {
           auto request = std::make_unique<RequestContext>();
           request->frame = std::move(big_frame_);
           request->placed = std::move(big_placed_);
           big_frame_.clear();
           big_placed_.reset();
-          big_frame_size_ = 0;
           big_frame_filled_ = 0;
           HandleFrame(std::move(request));
         }
@@ -263,7 +262,6 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
             }
           }
           if (!big_placed_) big_frame_.resize(static_cast<size_t>(size));
-          big_frame_size_ = static_cast<size_t>(size);
           big_frame_filled_ = have;
           std::memcpy(BigFrameData(), in_.data() + pos + 4, have);
           pos = in_.size();
@@ -279,7 +277,9 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     in_.erase(in_.begin(), in_.begin() + static_cast<ptrdiff_t>(pos));
   }
 
+  // The large frame being read, if any (size 0 when none).
   uint8_t* BigFrameData() { return big_placed_ ? big_placed_->data() : big_frame_.data(); }
+  size_t BigFrameSize() const { return big_placed_ ? big_placed_->size() : big_frame_.size(); }
 
   // `request` holds the frame (in frame or placed) and nothing else yet.
   void HandleFrame(std::unique_ptr<RequestContext> request) {
@@ -517,7 +517,6 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
   // big_placed_ when the server's placer gave one, else into big_frame_.
   FrameBytes big_frame_;  // resize() leaves it unzeroed: the socket's bytes go over it
   std::shared_ptr<PlacedFrame> big_placed_;
-  size_t big_frame_size_ = 0;  // 0 when no large frame is being read
   size_t big_frame_filled_ = 0;
   std::deque<Slot> slots_;
   uint64_t next_seq_ = 0;
