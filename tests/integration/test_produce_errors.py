@@ -139,6 +139,37 @@ class ProduceErrorsTest(unittest.TestCase):
         self.assertEqual(self.high_watermark("errs"), before)
         self.assert_connection_serves()
 
+    @skip_on_mock("the mock does not check CRCs")
+    def test_bad_batches_in_requests_over_64_kib(self):
+        """A request over 64 KiB is read straight into the memory brokerd shares with
+        storaged. A bad batch there fails alone, with Kafka's code, as in a small request;
+        the request's good batch is appended, and the next large request is served."""
+        value = b"v" * (100 * 1024)
+        before = [self.high_watermark("errs", p) for p in (0, 1)]
+        small_before = self.high_watermark("small")
+        answer = self.conn.produce(3, -1, "errs", {
+            0: record_batch([value], self.now(), corrupt_crc=True),
+            1: record_batch([value], self.now())})
+        self.assertEqual(answer[("errs", 0)]["error"], CORRUPT_MESSAGE, answer)
+        self.assertEqual(answer[("errs", 1)]["error"], 0, answer)
+        self.assertEqual(answer[("errs", 1)]["base_offset"], before[1])
+        self.assertEqual(self.high_watermark("errs", 0), before[0])
+        self.assertEqual(self.high_watermark("errs", 1), before[1] + 1)
+        two = record_batch([value], self.now()) + record_batch([b"second"], self.now())
+        self.assertEqual(self.produce_one("errs", 0, two)["error"], INVALID_RECORD)
+        self.assertEqual(self.produce_one("small", 0, record_batch([value], self.now()))["error"],
+                         MESSAGE_TOO_LARGE)
+        self.assertEqual(self.high_watermark("errs", 0), before[0])
+        self.assertEqual(self.high_watermark("small"), small_before)
+        # A client's own large request after them: appended and read back whole.
+        [d] = ConfluentKafka().produce(self.target.bootstrap, "errs",
+                                       [Rec(b"big", value, [], None, 0)])
+        self.assertEqual(d.error, "NO_ERROR")
+        error, hw, records = self.conn.fetch("errs", 0, before[0], max_bytes=4 << 20)
+        self.assertEqual((error, hw), (0, before[0] + 1))
+        self.assertIn(value, records)
+        self.assert_connection_serves()
+
     @skip_on_mock("the mock takes what it is given")
     def test_invalid_record(self):
         before = self.high_watermark("errs")
