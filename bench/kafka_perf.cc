@@ -4,7 +4,7 @@
 //   kafka_perf produce --bootstrap B --topic T --records N --record-size BYTES
 //                      [--acks 0|1|all] [--linger-ms MS] [--batch-size BYTES]
 //                      [--compression none|gzip|snappy|lz4|zstd] [--partitions P]
-//   kafka_perf consume --bootstrap B --topic T [--records N] [--passes K]
+//   kafka_perf consume --bootstrap B --topic T [--records N] [--passes K] [--fetch-wait-ms MS]
 //   kafka_perf latency --bootstrap B --topic T [--rate R] [--duration-s S] [--warmup-s S]
 //                      [--record-size BYTES] [--acks 0|1|all] [--linger-ms MS]
 //                      [--fetch-wait-ms MS] [--partitions P]
@@ -24,7 +24,10 @@
 //   found at start (or the first N records), with rd_kafka_assign (no group membership),
 //   K times over (one pass = one assign from the start), checking that each partition's
 //   offsets arrive in order with no gap or duplicate. The clock runs from the first assign
-//   to the last record, after the connection and the watermark queries.
+//   to the last record, after the connection and the watermark queries. --fetch-wait-ms
+//   sets fetch.wait.max.ms (librdkafka's default, 500, unless given): a pass's first Fetch
+//   goes out only when the previous pass's last one is answered, which waits that long on
+//   partitions already read to their end.
 // latency: one producer sends at a fixed rate and a consumer in the same process, assigned
 //   at the log end, reads the records back; each record carries its send time
 //   (CLOCK_MONOTONIC), so end-to-end latency is receive time minus send time. Records are
@@ -479,17 +482,22 @@ void CloseConsumer(rd_kafka_t* rk) {
 }
 
 int Consume(Options& opt) {
-  if (!opt.CheckKnown({"bootstrap", "topic", "records", "passes"})) return kExitUsage;
+  if (!opt.CheckKnown({"bootstrap", "topic", "records", "passes", "fetch-wait-ms"})) {
+    return kExitUsage;
+  }
   const std::string bootstrap = opt.Str("bootstrap");
   const std::string topic = opt.Str("topic");
   const int64_t want_records = opt.Int("records", 0, 0, int64_t{1} << 40);
   const int64_t passes = opt.Int("passes", 1, 1, 1000);
+  const int64_t fetch_wait_ms = opt.Int("fetch-wait-ms", 500, 0, 900000);
   if (!opt.ok()) return kExitUsage;
   if (bootstrap.empty() || topic.empty()) {
     fmt::print(stderr, "kafka_perf consume: --bootstrap and --topic are required\n");
     return kExitUsage;
   }
-  rd_kafka_t* rk = NewAssignConsumer(opt, bootstrap, {{"auto.offset.reset", "error"}});
+  rd_kafka_t* rk = NewAssignConsumer(
+      opt, bootstrap,
+      {{"auto.offset.reset", "error"}, {"fetch.wait.max.ms", std::to_string(fetch_wait_ms)}});
   if (rk == nullptr) return kExitFailed;
   const int partitions = TopicPartitions(rk, topic);
   if (partitions < 0) {
@@ -610,27 +618,28 @@ int Consume(Options& opt) {
       streaming_ns > 0 ? mib / (static_cast<double>(streaming_ns) / 1e9) : 0.0;
   const bool complete = !stalled && order_errors == 0 && total_records == target * passes;
   fmt::print(stderr,
-             "consume {}: {} partitions, {} records x {} passes\n"
+             "consume {}: {} partitions, {} records x {} passes, fetch.wait.max.ms={}\n"
              "  {:.0f} records/s, {:.1f} MiB/s, {:.3f} s, client CPU {:.2f} s, "
              "{} order errors, {} consume errors\n"
              "  waiting for each pass's first record {:.3f} s in all; first to last record "
              "{:.3f} s in all, {:.1f} MiB/s\n"
              "  busiest client thread {} used {:.2f} s of CPU\n",
-             topic, partitions, target, passes, rate, mib / elapsed, elapsed, client_cpu,
-             order_errors, consume_errors, static_cast<double>(first_wait_ns) / 1e9,
+             topic, partitions, target, passes, fetch_wait_ms, rate, mib / elapsed, elapsed,
+             client_cpu, order_errors, consume_errors, static_cast<double>(first_wait_ns) / 1e9,
              static_cast<double>(streaming_ns) / 1e9, streaming_mib_per_s, busiest.name,
              busiest.cpu_s);
   fmt::print(
       "{{\"bench\":\"consume\",\"topic\":\"{}\",\"partitions\":{},\"records\":{},\"passes\":{},"
+      "\"fetch_wait_ms\":{},"
       "\"consumed\":{},\"bytes\":{},\"elapsed_s\":{:.6f},\"records_per_s\":{:.1f},"
       "\"mib_per_s\":{:.3f},\"client_cpu_s\":{:.3f},\"order_errors\":{},"
       "\"consume_errors\":{},\"first_record_wait_s\":{:.6f},\"streaming_s\":{:.6f},"
       "\"streaming_mib_per_s\":{:.3f},\"busiest_thread\":\"{}\",\"busiest_thread_cpu_s\":{:.3f},"
       "\"ok\":{}}}\n",
-      topic, partitions, target, passes, total_records, total_bytes, elapsed, rate, mib / elapsed,
-      client_cpu, order_errors, consume_errors, static_cast<double>(first_wait_ns) / 1e9,
-      static_cast<double>(streaming_ns) / 1e9, streaming_mib_per_s, busiest.name, busiest.cpu_s,
-      complete ? "true" : "false");
+      topic, partitions, target, passes, fetch_wait_ms, total_records, total_bytes, elapsed, rate,
+      mib / elapsed, client_cpu, order_errors, consume_errors,
+      static_cast<double>(first_wait_ns) / 1e9, static_cast<double>(streaming_ns) / 1e9,
+      streaming_mib_per_s, busiest.name, busiest.cpu_s, complete ? "true" : "false");
   return complete ? kExitOk : kExitFailed;
 }
 

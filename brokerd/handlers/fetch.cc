@@ -10,9 +10,13 @@
 // Fetch sessions (KIP-227): every fetch is answered as a full, sessionless one (session id
 // 0), which a client takes as "no session"; a request naming a session id gets
 // FETCH_SESSION_ID_NOT_FOUND, as from a broker that evicted it.
+//
+// An answer carries at most the node's fetch.max.bytes of records, whatever more the
+// request's max_bytes allows (Kafka's broker key; Runnel's default is smaller, see keys.cc).
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "brokerd/handlers/handler.h"
@@ -247,7 +251,8 @@ void HandleFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, Res
   }
   op->max_wait_ms = req.max_wait_ms;
   op->min_bytes = req.min_bytes;
-  op->max_bytes = req.max_bytes;
+  // The node's fetch.max.bytes bounds what any one consumer asks for, as in Kafka.
+  op->max_bytes = std::min(req.max_bytes, broker.config.GetInt("fetch.max.bytes"));
   op->read_committed = req.isolation_level == 1;
 
   for (auto& topic : req.topics) {

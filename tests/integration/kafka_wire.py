@@ -297,12 +297,19 @@ class Connection:
 
     def fetch(self, topic, partition, offset, max_wait_ms=100, max_bytes=1 << 20):
         """Fetch v4 of one partition: (error, high watermark, record bytes)."""
+        answer = self.fetch_partitions(topic, [(partition, offset, max_bytes)], max_wait_ms,
+                                       max_bytes)
+        return answer[0][1:]
+
+    def fetch_partitions(self, topic, partitions, max_wait_ms=100, max_bytes=1 << 20):
+        """Fetch v4 of [(partition, offset, partition max bytes)] in that order:
+        [(partition, error, high watermark, record bytes)] in the answer's order."""
         body = struct.pack(">iiiib", -1, max_wait_ms, 1, max_bytes, 0) + struct.pack(">i", 1) + \
-            _string(topic) + struct.pack(">i", 1) + \
-            struct.pack(">iqi", partition, offset, max_bytes)
+            _string(topic) + struct.pack(">i", len(partitions)) + \
+            b"".join(struct.pack(">iqi", p, offset, limit) for p, offset, limit in partitions)
         r = ApiReader(self.request(FETCH, 4, body))
         r.take(">i")  # throttle time
-        result = None
+        result = []
         for _ in range(r.take(">i")):
             name = r.string()
             for _ in range(r.take(">i")):
@@ -311,10 +318,11 @@ class Connection:
                 for _ in range(max(aborted, 0)):
                     r.take(">qq")
                 records = r.bytes() or b""
-                if name == topic and index == partition:
-                    result = (error, high_watermark, records)
-        if result is None:
-            raise AssertionError(f"no {topic}-{partition} in the Fetch answer")
+                if name == topic:
+                    result.append((index, error, high_watermark, records))
+        if [p for p, _, _, _ in result] != [p for p, _, _ in partitions]:
+            raise AssertionError(f"the Fetch answer holds {topic} partitions "
+                                 f"{[p for p, _, _, _ in result]}, not the ones asked for")
         return result
 
     def api_versions(self):
