@@ -17,12 +17,17 @@ void PartitionStates::Apply(const storage::PartitionChange& change, bool snapsho
     } else {
       auto [it, added] = partitions_.try_emplace(key);
       StoredPartition& p = it->second;
-      if (added || p.topic_id != s.topic_id()) ++layout_version_;
+      if (added || p.topic_id != s.topic_id()) {
+        ++layout_version_;
+        p.tail.clear();
+        p.tail_bytes = 0;
+      }
       p.topic_id = s.topic_id();
       p.log_start_offset = s.log_start_offset();
       p.log_end_offset = s.log_end_offset();
       p.high_watermark = s.high_watermark();
       p.size_bytes = s.size_bytes();
+      TrimTail(p);
     }
     if (!snapshot) changed.push_back(std::move(key));
   }
@@ -45,6 +50,91 @@ void PartitionStates::Advance(const std::string& topic, int32_t partition,
   p.high_watermark = high_watermark;
   p.log_end_offset = std::max(p.log_end_offset, high_watermark);
   FireKey(key);
+}
+
+void PartitionStates::Appended(const std::string& topic, int32_t partition,
+                               const std::string& topic_id, int64_t base_offset,
+                               int64_t last_offset, const storage::FileRange& range) {
+  auto it = partitions_.find(PartitionKey(topic, partition));
+  if (it == partitions_.end() || it->second.topic_id != topic_id) return;
+  if (range.path().empty() || range.length() <= 0 || last_offset < base_offset) return;
+  StoredPartition& p = it->second;
+  if (!p.tail.empty() && p.tail.back().last_offset + 1 != base_offset) {
+    p.tail.clear();  // another writer's appends came between: start again from here
+    p.tail_bytes = 0;
+  }
+  std::shared_ptr<TailSegment> segment;
+  if (!p.tail.empty() && p.tail.back().segment->path == range.path() &&
+      p.tail.back().segment->inode == range.inode()) {
+    segment = p.tail.back().segment;
+  } else {
+    segment = std::make_shared<TailSegment>();
+    segment->path = range.path();
+    segment->inode = range.inode();
+  }
+  p.tail.push_back(TailAppend{base_offset, last_offset, std::move(segment), range.position(),
+                              range.length()});
+  p.tail_bytes += range.length();
+  while (p.tail.size() > kTailAppends || (p.tail.size() > 1 && p.tail_bytes > kTailBytes)) {
+    p.tail_bytes -= p.tail.front().length;
+    p.tail.pop_front();
+  }
+}
+
+std::optional<std::vector<TailSlice>> PartitionStates::ReadTail(const std::string& topic,
+                                                                int32_t partition,
+                                                                int64_t offset,
+                                                                int64_t max_bytes,
+                                                                bool min_one) const {
+  const StoredPartition* p = Find(topic, partition);
+  if (p == nullptr || p->tail.empty()) return std::nullopt;
+  if (offset < p->log_start_offset || offset >= p->high_watermark) return std::nullopt;
+  if (offset < p->tail.front().base_offset || offset > p->tail.back().last_offset) {
+    return std::nullopt;
+  }
+  // The append holding `offset` (the tail's offsets have no gap).
+  auto a = std::partition_point(p->tail.begin(), p->tail.end(),
+                                [offset](const TailAppend& t) { return t.last_offset < offset; });
+  std::vector<TailSlice> out;
+  int64_t bytes = 0;
+  for (; a != p->tail.end() && a->last_offset < p->high_watermark; ++a) {
+    if (bytes + a->length > max_bytes) {
+      if (bytes == 0 && min_one) return std::nullopt;  // storaged cuts it to one batch
+      break;
+    }
+    if (!out.empty() && out.back().segment == a->segment &&
+        out.back().position + out.back().length == a->position) {
+      out.back().length += a->length;
+    } else {
+      out.push_back(TailSlice{a->segment, a->position, a->length});
+    }
+    bytes += a->length;
+  }
+  return out;
+}
+
+void PartitionStates::TrimTail(StoredPartition& p) {
+  // Appends below the log start (retention, DeleteRecords) are never sent again; their files
+  // may be deleted, so their handles go now.
+  while (!p.tail.empty() && p.tail.front().last_offset < p.log_start_offset) {
+    p.tail_bytes -= p.tail.front().length;
+    p.tail.pop_front();
+  }
+}
+
+void PartitionStates::RaiseLogStart(const std::string& topic, int32_t partition,
+                                    int64_t log_start_offset) {
+  auto it = partitions_.find(PartitionKey(topic, partition));
+  if (it == partitions_.end() || log_start_offset <= it->second.log_start_offset) return;
+  it->second.log_start_offset = log_start_offset;
+  TrimTail(it->second);
+}
+
+void PartitionStates::DropTail(const std::string& topic, int32_t partition) {
+  auto it = partitions_.find(PartitionKey(topic, partition));
+  if (it == partitions_.end()) return;
+  it->second.tail.clear();
+  it->second.tail_bytes = 0;
 }
 
 void PartitionStates::Notify() {

@@ -3,16 +3,27 @@
 //
 // Long-poll fetches wait here: Watch() runs a callback once any of the partitions it names
 // changes (or the view is replaced or lost), so a waiting fetch costs nothing until then.
+//
+// Each partition also keeps its tail: where this brokerd's latest appends lie in the segment
+// files, from storaged's answers. A fetch of those offsets, what a consumer keeping up asks
+// for, is answered from it with no storaged call. The tail goes with the partition on a
+// snapshot, a loss (storaged restarting: recovery may have cut the log) and a new topic id;
+// offsets below the log start are never answered from it. A log cut while storaged runs
+// (none is today; replication will) must clear it too.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "common/protocol/records.h"
 #include "proto/runnel/storage.pb.h"
 
 namespace runnel::brokerd {
@@ -25,12 +36,40 @@ struct PartitionKeyHash {
   }
 };
 
+// A segment file that recent appends went to, as storaged's append answers name it. `file`
+// is brokerd's own open handle, made by the first fetch that sends from it (see fetch.cc).
+struct TailSegment {
+  std::string path;
+  uint64_t inode = 0;
+  std::shared_ptr<const protocol::FileHandle> file;
+};
+
+// One answered append: its offsets and where its batches lie.
+struct TailAppend {
+  int64_t base_offset = 0;
+  int64_t last_offset = 0;
+  std::shared_ptr<TailSegment> segment;
+  int64_t position = 0;
+  int32_t length = 0;
+};
+
+// A byte range of a tail segment to send.
+struct TailSlice {
+  std::shared_ptr<TailSegment> segment;
+  int64_t position = 0;
+  int64_t length = 0;
+};
+
 struct StoredPartition {
   std::string topic_id;  // Kafka's base64 form
   int64_t log_start_offset = 0;
   int64_t log_end_offset = 0;
   int64_t high_watermark = 0;
   int64_t size_bytes = 0;
+  // The latest appends this brokerd made, consecutive in offsets, oldest first: a fetch of
+  // these offsets (a consumer keeping up) is answered from here without a storaged Read.
+  std::deque<TailAppend> tail;
+  int64_t tail_bytes = 0;
 };
 
 class PartitionStates {
@@ -48,8 +87,31 @@ class PartitionStates {
   // back for a moment; the message about the append itself follows it.
   void Advance(const std::string& topic, int32_t partition, const std::string& topic_id,
                int64_t high_watermark);
+  // An append to the log of `topic_id` was answered: its batches are offsets
+  // [base_offset, last_offset] and lie at `range`. Kept at the end of the partition's tail
+  // when they follow it in offsets, else the tail starts again with them; the oldest go
+  // beyond kTailAppends appends or kTailBytes bytes. Ignored as Advance is.
+  void Appended(const std::string& topic, int32_t partition, const std::string& topic_id,
+                int64_t base_offset, int64_t last_offset, const storage::FileRange& range);
+  // The byte ranges that answer a fetch of `offset` with at most `max_bytes` (whole appends,
+  // each one batch from a Produce request), below the high watermark; an empty list when the
+  // first append there is larger than max_bytes and `min_one` is false (nothing fits), as
+  // storaged's Read answers. nullopt when the tail cannot answer it as storaged would (the
+  // offset outside the tail or the log, or the first append larger than max_bytes with
+  // `min_one`): then storaged is asked.
+  std::optional<std::vector<TailSlice>> ReadTail(const std::string& topic, int32_t partition,
+                                                 int64_t offset, int64_t max_bytes,
+                                                 bool min_one) const;
+  // Records were deleted up to `log_start_offset` (DeleteRecords answered): moves the
+  // partition's log start up to it (never down) and forgets the tail below it.
+  void RaiseLogStart(const std::string& topic, int32_t partition, int64_t log_start_offset);
+  // Forgets a partition's tail (its file could not be opened).
+  void DropTail(const std::string& topic, int32_t partition);
   // The stream broke (storaged restarting): nothing is known until the next snapshot.
   void MarkLost();
+
+  static constexpr size_t kTailAppends = 1024;
+  static constexpr int64_t kTailBytes = 64 << 20;
 
   // True between a snapshot and the next loss.
   bool ready() const { return ready_; }
@@ -75,6 +137,7 @@ class PartitionStates {
     std::vector<PartitionKey> keys;
     std::function<void()> fn;
   };
+  static void TrimTail(StoredPartition& p);
   void Fire(WatchId id);
   void FireKey(const PartitionKey& key);  // the watches of one partition
   void FireAll();

@@ -306,6 +306,13 @@ grpc::Status StorageServiceImpl::AppendOwned(storage::AppendRequest* request,
       out->set_log_start_offset(r.log_start_offset);
       out->set_high_watermark(r.high_watermark);
       out->set_topic_id(log->topic_id());
+      if (r.error == ErrorCode::kNone) {
+        storage::FileRange* range = out->mutable_range();
+        range->set_path(std::move(r.range.path));
+        range->set_position(r.range.position);
+        range->set_length(r.range.length);
+        range->set_inode(r.range.inode);
+      }
     }
     return grpc::Status::OK;
   });

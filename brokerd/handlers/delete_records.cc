@@ -90,7 +90,7 @@ void HandleDeleteRecords(BrokerContext& broker, std::unique_ptr<RequestContext> 
       std::max(std::chrono::milliseconds(std::max(req.timeout_ms, 0)), kMinStorageTimeout);
   broker.storage.DeleteRecords(
       std::move(call), timeout,
-      [pending](const grpc::Status& status, storage::DeleteRecordsResponse& result) {
+      [&broker, pending](const grpc::Status& status, storage::DeleteRecordsResponse& result) {
         for (size_t i = 0; i < pending->slots.size(); ++i) {
           auto* out = pending->slots[i];
           if (!status.ok() || i >= static_cast<size_t>(result.partitions_size())) {
@@ -100,7 +100,12 @@ void HandleDeleteRecords(BrokerContext& broker, std::unique_ptr<RequestContext> 
           }
           const storage::DeleteRecordsPartitionResult& r = result.partitions(static_cast<int>(i));
           out->error_code = static_cast<int16_t>(r.error_code());
-          if (r.error_code() == 0) out->low_watermark = r.low_watermark();
+          if (r.error_code() == 0) {
+            out->low_watermark = r.low_watermark();
+            // Before the client hears of it, so no fetch after it is answered from below it
+            // (the watch stream's message about it may come later).
+            broker.partitions.RaiseLogStart(r.topic(), r.partition(), r.low_watermark());
+          }
         }
         pending->respond(EncodeResponse(*pending->ctx, pending->resp));
       });

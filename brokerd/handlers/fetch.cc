@@ -42,6 +42,18 @@ std::shared_ptr<const protocol::FileHandle> OpenRange(const storage::FileRange& 
   return file;
 }
 
+// The open file of a tail segment, opened by the first fetch that sends from it; null when
+// the path is gone or is another file now.
+std::shared_ptr<const protocol::FileHandle> TailFile(TailSegment& segment) {
+  if (segment.file == nullptr) {
+    storage::FileRange range;
+    range.set_path(segment.path);
+    range.set_inode(segment.inode);
+    segment.file = OpenRange(range);
+  }
+  return segment.file;
+}
+
 struct FetchOp : std::enable_shared_from_this<FetchOp> {
   struct Part {
     size_t topic = 0;  // index into resp.responses
@@ -150,6 +162,7 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
       if (any_error || !MayWait()) return Finish();
       return Wait();
     }
+    if (AnswerFromTail(reading_parts, any_error)) return;
     read.set_max_total_bytes(std::max(max_bytes, 1));
     reading = true;
     auto self = shared_from_this();
@@ -160,6 +173,44 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
           self->reading = false;
           self->OnRead(status, result, reading_parts, any_error);
         });
+  }
+
+  // Answers the reads from the partitions' tails (PartitionStates::ReadTail) when every one
+  // of them can be, spending max_bytes over the partitions in order as storaged's Read does:
+  // a consumer keeping up costs no storaged call. False, with nothing changed, when one
+  // cannot be; a tail whose file is gone is dropped.
+  bool AnswerFromTail(const std::vector<size_t>& reading_parts, bool any_error) {
+    const int64_t budget = std::max(max_bytes, 1);
+    int64_t used = 0;
+    std::vector<std::vector<protocol::FileSlice>> found;
+    found.reserve(reading_parts.size());
+    for (size_t i : reading_parts) {
+      const Part& p = parts[i];
+      const int64_t limit = std::min<int64_t>(std::max(p.in.partition_max_bytes, 0),
+                                              std::max<int64_t>(0, budget - used));
+      std::optional<std::vector<TailSlice>> slices = broker.partitions.ReadTail(
+          p.name, p.in.partition, p.in.fetch_offset, limit, /*min_one=*/used == 0);
+      if (!slices) return false;
+      std::vector<protocol::FileSlice>& files = found.emplace_back();
+      for (const TailSlice& slice : *slices) {
+        std::shared_ptr<const protocol::FileHandle> file = TailFile(*slice.segment);
+        if (file == nullptr) {
+          broker.partitions.DropTail(p.name, p.in.partition);
+          return false;
+        }
+        files.push_back(protocol::FileSlice{std::move(file), slice.position, slice.length});
+        used += slice.length;
+      }
+    }
+    for (size_t k = 0; k < reading_parts.size(); ++k) {
+      parts[reading_parts[k]].out.records.files = std::move(found[k]);
+    }
+    if (any_error || used >= min_bytes || !MayWait()) {
+      Finish();
+    } else {
+      Wait();
+    }
+    return true;
   }
 
   void OnRead(const grpc::Status& status, const storage::ReadResponse& result,

@@ -471,11 +471,13 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
     active = ActiveSegment();
     if (options_.on_roll) options_.on_roll(tp(), active->base_offset());
   }
+  const int64_t position = active->size();
   Status written = active->Append(records, batches, cfg.index_interval_bytes);
   if (!written.ok()) {
     Logger()->error("[{}] append failed: {}", tp().ToString(), written.message());
     return Fail(ErrorCode::kKafkaStorageError, std::string(written.message()));
   }
+  result.range = {active->log_path(), position, int32_t(records.size()), active->inode()};
   log_end_offset_.store(next, std::memory_order_release);
   if (leader_epoch >= 0) {
     std::lock_guard lock(epochs_mu_);

@@ -37,6 +37,14 @@
 
 namespace runnel::storaged {
 
+// A byte range of a segment file, to send with sendfile (or read, when remote).
+struct FileRange {
+  std::string path;
+  int64_t position = 0;
+  int32_t length = 0;
+  uint64_t inode = 0;  // of the file at `path` when read; a reopened path must match it
+};
+
 struct AppendResult {
   protocol::ErrorCode error = protocol::ErrorCode::kNone;
   std::string error_message;
@@ -46,14 +54,7 @@ struct AppendResult {
   int64_t log_append_time = -1;   // set when the topic uses LogAppendTime
   int64_t log_start_offset = -1;
   int64_t high_watermark = -1;    // right after this append
-};
-
-// A byte range of a segment file, to send with sendfile (or read, when remote).
-struct FileRange {
-  std::string path;
-  int64_t position = 0;
-  int32_t length = 0;
-  uint64_t inode = 0;  // of the file at `path` when read; a reopened path must match it
+  FileRange range;                // where the appended batches were written
 };
 
 struct ReadResult {

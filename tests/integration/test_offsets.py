@@ -20,7 +20,7 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 
 from kafka_clients import ConfluentKafka, Rec, RunnelTarget
-from kafka_wire import ApiWriter, Connection
+from kafka_wire import ApiWriter, Connection, batch_headers
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -471,6 +471,27 @@ class OffsetsTest(unittest.TestCase):
         self.assertEqual(res[("dr", 0)][1], OFFSET_OUT_OF_RANGE)
         # Below the current start: nothing moves, the answer is the start.
         self.assertEqual(self.conn.delete_records(1, [("dr", 0, 2)]), [("dr", 0, 4, NONE)])
+
+    def test_a_fetch_right_after_delete_records_gets_nothing_below_it(self):
+        # Records produced through this broker are fetched from where the append answers
+        # said they lie (brokerd's tail); DeleteRecords must end that before it is answered.
+        self.target.create_topic("dr-tail", 1)
+        b = self.base
+        for round_ in range(5):
+            start = round_ * 4
+            offsets = self.produce("dr-tail", [b + i for i in range(4)])
+            self.assertEqual(offsets, list(range(start, start + 4)))
+            error, _, records = self.conn.fetch("dr-tail", 0, start)  # served, tail warm
+            self.assertEqual((error, len(records) > 0), (NONE, True))
+            self.assertEqual(self.conn.delete_records(1, [("dr-tail", 0, start + 3)]),
+                             [("dr-tail", 0, start + 3, NONE)])
+            error, _, records = self.conn.fetch("dr-tail", 0, start)
+            self.assertEqual((error, records), (OFFSET_OUT_OF_RANGE, b""))
+            error, _, records = self.conn.fetch("dr-tail", 0, start + 3)
+            self.assertEqual(error, NONE)
+            [h] = batch_headers(records)  # the batch holding the new start
+            self.assertLessEqual(h["base_offset"], start + 3)
+            self.assertEqual(h["base_offset"] + h["last_offset_delta"], start + 3)
 
     def test_delete_records_versions_and_errors(self):
         self.target.create_topic("dr-raw", 1)

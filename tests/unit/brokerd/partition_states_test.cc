@@ -92,5 +92,177 @@ TEST_F(PartitionStatesAdvanceTest, NothingIsAdvancedWhileTheStreamIsLost) {
   EXPECT_FALSE(states_.ready());
 }
 
+
+// ---- The tail: where this brokerd's latest appends lie -------------------------------------
+
+storage::FileRange Range(const std::string& path, int64_t position, int32_t length,
+                         uint64_t inode = 7) {
+  storage::FileRange r;
+  r.set_path(path);
+  r.set_position(position);
+  r.set_length(length);
+  r.set_inode(inode);
+  return r;
+}
+
+class PartitionStatesTailTest : public ::testing::Test {
+ protected:
+  void SetUp() override { states_.Apply(Change("t", 0, "id-a", 0), /*snapshot=*/true); }
+
+  // Appends `count` one-batch appends of `length` bytes after the log end, each answered.
+  void Append(int count, int32_t length, int64_t records_per_batch = 1,
+              const std::string& path = "/seg0") {
+    for (int i = 0; i < count; ++i) {
+      const StoredPartition* p = states_.Find("t", 0);
+      const int64_t base = p->high_watermark;
+      position_ = path == path_ ? position_ : 0;
+      path_ = path;
+      states_.Appended("t", 0, "id-a", base, base + records_per_batch - 1,
+                       Range(path, position_, length));
+      states_.Advance("t", 0, "id-a", base + records_per_batch);
+      position_ += length;
+    }
+  }
+
+  // The tail's answer as (path, position, length) triples; "none" when it defers to storaged.
+  std::string Read(int64_t offset, int64_t max_bytes, bool min_one = true) const {
+    auto slices = states_.ReadTail("t", 0, offset, max_bytes, min_one);
+    if (!slices) return "none";
+    std::string out;
+    for (const TailSlice& s : *slices) {
+      out += s.segment->path + ":" + std::to_string(s.position) + "+" +
+             std::to_string(s.length) + " ";
+    }
+    return out;
+  }
+
+  PartitionStates states_;
+  std::string path_ = "/seg0";
+  int64_t position_ = 0;
+};
+
+TEST_F(PartitionStatesTailTest, ConsecutiveAppendsAreOneRangeCutAtWholeAppends) {
+  Append(5, 100);
+  EXPECT_EQ(Read(0, 1 << 20), "/seg0:0+500 ");
+  EXPECT_EQ(Read(2, 1 << 20), "/seg0:200+300 ");
+  EXPECT_EQ(Read(0, 250), "/seg0:0+200 ");   // whole appends within max_bytes
+  EXPECT_EQ(Read(4, 100), "/seg0:400+100 ");
+}
+
+TEST_F(PartitionStatesTailTest, AnOffsetInsideAnAppendStartsAtThatAppend) {
+  Append(3, 100, /*records_per_batch=*/10);  // offsets 0-9, 10-19, 20-29
+  EXPECT_EQ(Read(15, 1 << 20), "/seg0:100+200 ");
+  EXPECT_EQ(Read(29, 1 << 20), "/seg0:200+100 ");
+}
+
+TEST_F(PartitionStatesTailTest, AFirstAppendOverMaxBytesIsLeftToStoragedOrNotSent) {
+  Append(2, 1000);
+  // With min_one storaged sends one batch of it: the tail does not guess, it defers.
+  EXPECT_EQ(Read(0, 500, /*min_one=*/true), "none");
+  // Without (a later partition of the fetch): nothing fits, as storaged would answer.
+  EXPECT_EQ(Read(0, 500, /*min_one=*/false), "");
+  EXPECT_EQ(Read(0, 0, /*min_one=*/false), "");
+}
+
+TEST_F(PartitionStatesTailTest, OffsetsOutsideTheTailOrTheLogDeferToStoraged) {
+  Append(3, 100);
+  EXPECT_EQ(Read(3, 1 << 20), "none");   // the high watermark: nothing to read
+  EXPECT_EQ(Read(9, 1 << 20), "none");   // past the log end: OFFSET_OUT_OF_RANGE is storaged's
+  EXPECT_EQ(Read(-1, 1 << 20), "none");
+  EXPECT_EQ(Read(0, 1 << 20, true), "/seg0:0+300 ");
+  // DeleteRecords moved the log start past offset 0: offset 0 is storaged's to refuse.
+  storage::PartitionChange c = Change("t", 0, "id-a", 3);
+  c.mutable_partitions(0)->set_log_start_offset(1);
+  states_.Apply(c, /*snapshot=*/false);
+  EXPECT_EQ(Read(0, 1 << 20), "none");
+  EXPECT_EQ(Read(1, 1 << 20), "/seg0:100+200 ");
+  EXPECT_EQ(states_.Find("t", 0)->tail.size(), 2u);  // the append below the log start went
+}
+
+TEST_F(PartitionStatesTailTest, OnlyRecordsBelowTheHighWatermarkAreSent) {
+  Append(3, 100);
+  // A stream message taken before the last append sets the high watermark back a moment.
+  states_.Apply(Change("t", 0, "id-a", 2), /*snapshot=*/false);
+  EXPECT_EQ(Read(0, 1 << 20), "/seg0:0+200 ");
+  EXPECT_EQ(Read(2, 1 << 20), "none");
+}
+
+TEST_F(PartitionStatesTailTest, AGapInOffsetsStartsTheTailAgain) {
+  Append(3, 100);
+  // Offsets 3-4 were appended by another writer (the group coordinator), not answered here.
+  states_.Advance("t", 0, "id-a", 5);
+  states_.Appended("t", 0, "id-a", 5, 5, Range("/seg0", 500, 100));
+  states_.Advance("t", 0, "id-a", 6);
+  EXPECT_EQ(Read(0, 1 << 20), "none");
+  EXPECT_EQ(Read(3, 1 << 20), "none");
+  EXPECT_EQ(Read(5, 1 << 20), "/seg0:500+100 ");
+}
+
+TEST_F(PartitionStatesTailTest, AppendsAcrossARollAreOneRangePerFile) {
+  Append(2, 100, 1, "/seg0");
+  Append(2, 100, 1, "/seg2");
+  EXPECT_EQ(Read(0, 1 << 20), "/seg0:0+200 /seg2:0+200 ");
+  EXPECT_EQ(Read(1, 250), "/seg0:100+100 /seg2:0+100 ");
+  auto slices = states_.ReadTail("t", 0, 0, 1 << 20, true);
+  ASSERT_TRUE(slices.has_value());
+  ASSERT_EQ(slices->size(), 2u);
+  EXPECT_NE((*slices)[0].segment, (*slices)[1].segment);
+}
+
+TEST_F(PartitionStatesTailTest, TheTailIsBounded) {
+  Append(static_cast<int>(PartitionStates::kTailAppends) + 10, 10);
+  EXPECT_EQ(states_.Find("t", 0)->tail.size(), PartitionStates::kTailAppends);
+  EXPECT_EQ(Read(9, 1 << 20), "none");  // aged out: storaged's
+  EXPECT_NE(Read(10, 1 << 20), "none");
+  const int32_t big = static_cast<int32_t>(PartitionStates::kTailBytes / 4);
+  Append(5, big);
+  EXPECT_LE(states_.Find("t", 0)->tail_bytes, PartitionStates::kTailBytes);
+  EXPECT_EQ(states_.Find("t", 0)->tail.size(), 4u);
+}
+
+TEST_F(PartitionStatesTailTest, ANewLogASnapshotOrALossForgetsTheTail) {
+  Append(2, 100);
+  states_.Apply(Change("t", 0, "id-b", 2), /*snapshot=*/false);  // deleted and created again
+  EXPECT_TRUE(states_.Find("t", 0)->tail.empty());
+  EXPECT_EQ(Read(0, 1 << 20), "none");
+  // An answer about the old log is not taken into the new one's tail.
+  states_.Appended("t", 0, "id-a", 2, 2, Range("/seg0", 200, 100));
+  EXPECT_TRUE(states_.Find("t", 0)->tail.empty());
+
+  states_.Appended("t", 0, "id-b", 2, 2, Range("/new", 0, 100));
+  states_.Advance("t", 0, "id-b", 3);
+  EXPECT_EQ(Read(2, 1 << 20), "/new:0+100 ");
+  states_.Apply(Change("t", 0, "id-b", 3), /*snapshot=*/true);
+  EXPECT_EQ(Read(2, 1 << 20), "none");
+
+  states_.Appended("t", 0, "id-b", 3, 3, Range("/new", 100, 100));
+  states_.Advance("t", 0, "id-b", 4);
+  EXPECT_EQ(Read(3, 1 << 20), "/new:100+100 ");
+  states_.MarkLost();
+  EXPECT_EQ(states_.Find("t", 0), nullptr);
+  EXPECT_EQ(Read(3, 1 << 20), "none");
+}
+
+TEST_F(PartitionStatesTailTest, DeleteRecordsAnsweredRaisesTheLogStartAtOnce) {
+  Append(4, 100);
+  states_.RaiseLogStart("t", 0, 2);
+  EXPECT_EQ(states_.Find("t", 0)->log_start_offset, 2);
+  EXPECT_EQ(Read(1, 1 << 20), "none");  // storaged answers OFFSET_OUT_OF_RANGE
+  EXPECT_EQ(Read(2, 1 << 20), "/seg0:200+200 ");
+  EXPECT_EQ(states_.Find("t", 0)->tail.size(), 2u);
+  states_.RaiseLogStart("t", 0, 1);  // never down
+  EXPECT_EQ(states_.Find("t", 0)->log_start_offset, 2);
+  states_.RaiseLogStart("u", 0, 9);  // an unknown partition: nothing
+  EXPECT_EQ(states_.Find("u", 0), nullptr);
+}
+
+TEST_F(PartitionStatesTailTest, DropTailForgetsOnePartition) {
+  Append(2, 100);
+  states_.DropTail("t", 0);
+  EXPECT_EQ(Read(0, 1 << 20), "none");
+  Append(1, 100);
+  EXPECT_EQ(Read(2, 1 << 20), "/seg0:200+100 ");
+}
+
 }  // namespace
 }  // namespace runnel::brokerd
