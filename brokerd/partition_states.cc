@@ -63,14 +63,12 @@ void PartitionStates::Appended(const std::string& topic, int32_t partition,
     p.tail.clear();  // another writer's appends came between: start again from here
     p.tail_bytes = 0;
   }
-  std::shared_ptr<TailSegment> segment;
+  std::shared_ptr<const TailSegment> segment;
   if (!p.tail.empty() && p.tail.back().segment->path == range.path() &&
       p.tail.back().segment->inode == range.inode()) {
     segment = p.tail.back().segment;
   } else {
-    segment = std::make_shared<TailSegment>();
-    segment->path = range.path();
-    segment->inode = range.inode();
+    segment = std::make_shared<const TailSegment>(TailSegment{range.path(), range.inode()});
   }
   p.tail.push_back(TailAppend{base_offset, last_offset, std::move(segment), range.position(),
                               range.length()});
@@ -114,8 +112,7 @@ std::optional<std::vector<TailSlice>> PartitionStates::ReadTail(const std::strin
 }
 
 void PartitionStates::TrimTail(StoredPartition& p) {
-  // Appends below the log start (retention, DeleteRecords) are never sent again; their files
-  // may be deleted, so their handles go now.
+  // Appends below the log start (retention, DeleteRecords) are never sent again.
   while (!p.tail.empty() && p.tail.front().last_offset < p.log_start_offset) {
     p.tail_bytes -= p.tail.front().length;
     p.tail.pop_front();

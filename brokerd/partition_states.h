@@ -23,7 +23,6 @@
 #include <utility>
 #include <vector>
 
-#include "common/protocol/records.h"
 #include "proto/runnel/storage.pb.h"
 
 namespace runnel::brokerd {
@@ -36,26 +35,24 @@ struct PartitionKeyHash {
   }
 };
 
-// A segment file that recent appends went to, as storaged's append answers name it. `file`
-// is brokerd's own open handle, made by the first fetch that sends from it (see fetch.cc).
+// A segment file that recent appends went to, as storaged's append answers name it.
 struct TailSegment {
   std::string path;
   uint64_t inode = 0;
-  std::shared_ptr<const protocol::FileHandle> file;
 };
 
 // One answered append: its offsets and where its batches lie.
 struct TailAppend {
   int64_t base_offset = 0;
   int64_t last_offset = 0;
-  std::shared_ptr<TailSegment> segment;
+  std::shared_ptr<const TailSegment> segment;
   int64_t position = 0;
   int32_t length = 0;
 };
 
 // A byte range of a tail segment to send.
 struct TailSlice {
-  std::shared_ptr<TailSegment> segment;
+  std::shared_ptr<const TailSegment> segment;
   int64_t position = 0;
   int64_t length = 0;
 };

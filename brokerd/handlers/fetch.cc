@@ -42,18 +42,6 @@ std::shared_ptr<const protocol::FileHandle> OpenRange(const storage::FileRange& 
   return file;
 }
 
-// The open file of a tail segment, opened by the first fetch that sends from it; null when
-// the path is gone or is another file now.
-std::shared_ptr<const protocol::FileHandle> TailFile(TailSegment& segment) {
-  if (segment.file == nullptr) {
-    storage::FileRange range;
-    range.set_path(segment.path);
-    range.set_inode(segment.inode);
-    segment.file = OpenRange(range);
-  }
-  return segment.file;
-}
-
 struct FetchOp : std::enable_shared_from_this<FetchOp> {
   struct Part {
     size_t topic = 0;  // index into resp.responses
@@ -184,6 +172,9 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
     int64_t used = 0;
     std::vector<std::vector<protocol::FileSlice>> found;
     found.reserve(reading_parts.size());
+    // Each file is opened per answer, as the ranges of a Read are, so brokerd holds no
+    // descriptor between fetches and a file replaced meanwhile is noticed.
+    std::vector<std::pair<const TailSegment*, std::shared_ptr<const protocol::FileHandle>>> open;
     for (size_t i : reading_parts) {
       const Part& p = parts[i];
       const int64_t limit = std::min<int64_t>(std::max(p.in.partition_max_bytes, 0),
@@ -193,7 +184,17 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
       if (!slices) return false;
       std::vector<protocol::FileSlice>& files = found.emplace_back();
       for (const TailSlice& slice : *slices) {
-        std::shared_ptr<const protocol::FileHandle> file = TailFile(*slice.segment);
+        std::shared_ptr<const protocol::FileHandle> file;
+        for (const auto& [segment, handle] : open) {
+          if (segment == slice.segment.get()) file = handle;
+        }
+        if (file == nullptr) {
+          storage::FileRange range;
+          range.set_path(slice.segment->path);
+          range.set_inode(slice.segment->inode);
+          file = OpenRange(range);
+          if (file != nullptr) open.emplace_back(slice.segment.get(), file);
+        }
         if (file == nullptr) {
           broker.partitions.DropTail(p.name, p.in.partition);
           return false;
