@@ -2,6 +2,7 @@
 (confluent-kafka, kafka-python) and, where those clients lack an API (IncrementalAlterConfigs,
 DescribeConfigs v3 documentation), raw requests. Only the retention test produces records,
 to see a lowered retention.ms delete them."""
+import os
 import socket
 import struct
 import time
@@ -15,6 +16,7 @@ from kafka.admin import ConfigResource as KConfigResource, ConfigResourceType, N
 from kafka.errors import InvalidPartitionsError, UnknownTopicOrPartitionError
 
 from harness import Node, read_response, send_request, wait_until
+from kafka_wire import OFFSET_OUT_OF_RANGE, Connection, batch_headers, record_batch
 
 # Every topic config with Apache Kafka's default (what a node without overrides describes).
 TOPIC_DEFAULTS = {
@@ -476,6 +478,61 @@ class TopicConfigsTakeEffectTest(unittest.TestCase):
                        "retention.ms=60000 deleting the hour-old records")
         finally:
             consumer.close()
+
+    def test_fetches_of_the_latest_appends_follow_rolls_and_retention(self):
+        # Fetches of records just produced are answered from where their appends' answers
+        # said they lie (brokerd's tail), across segment rolls; once retention deletes those
+        # segments the same offsets are out of range, and new appends are served again.
+        create(self.admin, CNewTopic("rolling", 1, 1, config={"segment.bytes": "1500"}))
+        hour_ago = int(time.time() * 1000) - 3_600_000
+        produced = {}
+        with Connection(self.node.bootstrap) as conn:
+            def produce_and_fetch(i, timestamp):
+                batch = record_batch([b"%03d" % i + bytes([i]) * 600], timestamp)
+                answer = conn.produce(3, -1, "rolling", {0: batch})[("rolling", 0)]
+                self.assertEqual(answer["error"], 0, answer)
+                offset = answer["base_offset"]
+                produced[offset] = batch
+                # The record just produced, then everything from the first offset: whole
+                # batches as produced, but for the offset and leader epoch the log sets.
+                for start in (offset, min(produced)):
+                    error, _, records = conn.fetch("rolling", 0, start)
+                    self.assertEqual(error, 0)
+                    headers = batch_headers(records)
+                    self.assertEqual([h["base_offset"] for h in headers],
+                                     list(range(start, offset + 1)))
+                    pos = 0
+                    for h in headers:
+                        sent = produced[h["base_offset"]]
+                        got = records[pos:pos + len(sent)]
+                        self.assertEqual(got[16:], sent[16:])
+                        pos += len(sent)
+                return offset
+
+            for i in range(12):
+                self.assertEqual(produce_and_fetch(i, hour_ago + i), i)
+            dirs = [d for d in os.listdir(os.path.join(self.node.dir, "logs"))
+                    if d.startswith("rolling-")]
+            self.assertEqual(len(dirs), 1)
+            segments = [f for f in os.listdir(os.path.join(self.node.dir, "logs", dirs[0]))
+                        if f.endswith(".log")]
+            self.assertGreater(len(segments), 3, "segment.bytes=1500 rolls every two records")
+            for f in self.admin.alter_configs(
+                    [ConfigResource(ConfigResource.Type.TOPIC, "rolling",
+                                    set_config={"retention.ms": "60000",
+                                                "segment.bytes": "1500"})],
+                    request_timeout=20).values():
+                f.result(timeout=30)
+            wait_until(lambda: conn.fetch("rolling", 0, 0)[0] == OFFSET_OUT_OF_RANGE, 20,
+                       "retention.ms=60000 deleting the hour-old records")
+            wait_until(lambda: conn.fetch("rolling", 0, 11)[0] == OFFSET_OUT_OF_RANGE, 20,
+                       "retention deleting the last hour-old record")
+            error, high_watermark, records = conn.fetch("rolling", 0, 12)
+            self.assertEqual((error, high_watermark, records), (0, 12, b""))
+            produced.clear()
+            now = int(time.time() * 1000)
+            for i in range(12, 15):
+                self.assertEqual(produce_and_fetch(i, now), i)
 
     def test_log_append_time_topic_stamps_records(self):
         create(self.admin, CNewTopic("appendtime", 1, 1,
