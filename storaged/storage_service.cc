@@ -22,6 +22,10 @@ namespace {
 
 // How often a waiting WatchPartitions stream looks whether its client went away.
 constexpr std::chrono::milliseconds kWatchPoll{200};
+// The least time between two messages of a WatchPartitions stream: under a steady run of
+// appends it sends what changed at most this often instead of once per append (brokerd
+// learns of its own appends from their answers; the stream keeps its view in step).
+constexpr std::chrono::milliseconds kWatchSpacing{5};
 // Bound of a Read answer carrying bytes, well under the channels' 256 MiB message limit.
 constexpr int64_t kMaxBytesPerResponse = 128 << 20;
 
@@ -119,6 +123,11 @@ std::vector<TopicPartition> PartitionWatcher::Take(std::chrono::milliseconds tim
     out.push_back(std::move(dirty_.extract(dirty_.begin()).value()));
   }
   return out;
+}
+
+bool PartitionWatcher::Hold(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  return !cv_.wait_for(lock, timeout, [&] { return closed_; });
 }
 
 size_t PartitionWatcher::pending() const {
@@ -549,12 +558,19 @@ grpc::Status StorageServiceImpl::WatchPartitions(
         result = grpc::Status(grpc::StatusCode::CANCELLED, "watcher stream broken");
       }
     }
+    auto last_sent = std::chrono::steady_clock::now();
     while (result.ok()) {
       if (context->IsCancelled()) {
         result = grpc::Status(grpc::StatusCode::CANCELLED, "watcher went away");
         break;
       }
       bool closed = false;
+      const auto since = std::chrono::steady_clock::now() - last_sent;
+      if (since < kWatchSpacing &&
+          !watcher->Hold(std::chrono::ceil<std::chrono::milliseconds>(kWatchSpacing - since))) {
+        result = grpc::Status(grpc::StatusCode::UNAVAILABLE, "storaged is stopping");
+        break;
+      }
       std::vector<TopicPartition> changed =
           watcher->Take(kWatchPoll, kMaxChangesPerMessage, &closed);
       if (closed) {
@@ -577,6 +593,7 @@ grpc::Status StorageServiceImpl::WatchPartitions(
       if (!writer->Write(change)) {
         result = grpc::Status(grpc::StatusCode::CANCELLED, "watcher stream broken");
       }
+      last_sent = std::chrono::steady_clock::now();
     }
     return result;
   });

@@ -46,6 +46,8 @@ class PartitionWatcher {
   // Up to `max` changed partitions, taken out of the set, waiting up to `timeout` for one;
   // empty on timeout or once closed (then *closed is set).
   std::vector<TopicPartition> Take(std::chrono::milliseconds timeout, size_t max, bool* closed);
+  // Waits up to `timeout` while changes keep collecting; false once closed.
+  bool Hold(std::chrono::milliseconds timeout);
   size_t pending() const;
 
  private:

@@ -314,6 +314,27 @@ TEST_F(StorageServiceTest, CreatePartitionsAndTheirErrors) {
   EXPECT_EQ(resp.partitions(2).error_code(), 0);
 }
 
+TEST(PartitionWatcherTest, HoldLetsChangesCollectUntilItsTimeOrClose) {
+  PartitionWatcher w({});
+  std::thread marker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    w.Mark({"t", 0});
+  });
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(w.Hold(std::chrono::milliseconds(100)));  // a change does not end it
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(95));
+  marker.join();
+  EXPECT_EQ(w.pending(), 1u);
+  std::thread closer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    w.Close();
+  });
+  start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(w.Hold(std::chrono::seconds(30)));  // Close does, at once
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  closer.join();
+}
+
 TEST_F(StorageServiceTest, AppendAssignsOffsetsAndReportsErrors) {
   ASSERT_EQ(CreateCode("t", 0, topic_id_), 0);
   storage::AppendPartitionResult r = Append("t", 0, Batch(3));
@@ -624,6 +645,35 @@ TEST_F(StorageServiceTest, WatchStreamsStatesThenChanges) {
   auto again = stub_->WatchPartitions(&ctx2, req);
   EXPECT_FALSE(again->Read(&change));
   EXPECT_EQ(again->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+// Appends a millisecond or two apart reach a watcher that reads at once in messages at
+// least kWatchSpacing (5 ms) apart, each with the partition's latest state, not one message
+// per append.
+TEST_F(StorageServiceTest, WatchSpacesItsMessagesUnderSteadyAppends) {
+  ASSERT_EQ(CreateCode("w", 0, topic_id_), 0);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto reader = stub_->WatchPartitions(&ctx, {});
+  storage::PartitionChange change;
+  ASSERT_TRUE(reader->Read(&change));
+  constexpr int kAppends = 100;
+  std::thread appender([&] {
+    for (int i = 0; i < kAppends; ++i) {
+      EXPECT_EQ(Append("w", 0, Batch(1)).error_code(), 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  int messages = 0;
+  int64_t end = 0;
+  while (end < kAppends && messages < 2 * kAppends && reader->Read(&change)) {
+    ++messages;
+    for (const storage::PartitionState& s : change.partitions()) end = s.log_end_offset();
+  }
+  appender.join();
+  EXPECT_EQ(end, kAppends);
+  EXPECT_LE(messages, kAppends * 2 / 3) << "about one message per append: not spaced";
+  ctx.TryCancel();
 }
 
 TEST_F(StorageServiceTest, CancelledWatchEndsAndAppendsGoOn) {
