@@ -17,7 +17,29 @@
 namespace runnel::brokerd {
 namespace {
 
-using StoragePathTest = RealStorageTest;
+class StoragePathTest : public RealStorageTest {
+ protected:
+  // Feeds `states` from storaged's watch stream and waits until it knows `partitions`.
+  // The stream goes on feeding `states` until storage_->Stop().
+  void WatchInto(PartitionStates& states, size_t partitions) {
+    auto ready = std::make_shared<std::promise<void>>();
+    auto ready_set = std::make_shared<bool>(false);
+    std::future<void> known = ready->get_future();
+    OnLoop([&] {
+      storage_->StartWatch(
+          [&states, ready, ready_set, partitions](const storage::PartitionChange& c,
+                                                  bool snapshot) {
+            states.Apply(c, snapshot);
+            if (!*ready_set && states.all().size() == partitions) {
+              *ready_set = true;
+              ready->set_value();
+            }
+          },
+          [&states] { states.MarkLost(); });
+    });
+    ASSERT_EQ(known.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  }
+};
 
 // Many appends queued at once to few partitions, with one call in flight at a time and a
 // small byte bound per call so they need many calls: every partition's appends get
@@ -170,20 +192,8 @@ TEST_F(StoragePathTest, BatchesInAReservedBlockAreAppendedWhereTheyLie) {
 TEST_F(StoragePathTest, WatchFiresWhenAPartitionGrows) {
   CreateTopic(2);
   PartitionStates states;
-  std::promise<void> ready;
-  bool ready_set = false;
-  OnLoop([&] {
-    storage_->StartWatch(
-        [&](const storage::PartitionChange& c, bool snapshot) {
-          states.Apply(c, snapshot);
-          if (!ready_set && states.all().size() == 2) {
-            ready_set = true;
-            ready.set_value();
-          }
-        },
-        [&] { states.MarkLost(); });
-  });
-  ASSERT_EQ(ready.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  WatchInto(states, 2);
+  if (HasFatalFailure()) return;
   std::promise<int64_t> fired;
   AppendBatcher batcher(loop_, *storage_);
   // Both appends' answers are awaited before the batcher goes out of scope.
@@ -235,20 +245,8 @@ TEST_F(StoragePathTest, TheTailAnswersAsStoragedsReadDoes) {
   (*spec->mutable_configs())["segment.bytes"] = "3000";  // a roll every few appends
   CreatePartitions(create);
   PartitionStates states;
-  std::promise<void> ready;
-  bool ready_set = false;
-  OnLoop([&] {
-    storage_->StartWatch(
-        [&](const storage::PartitionChange& c, bool snapshot) {
-          states.Apply(c, snapshot);
-          if (!ready_set && states.Find("t", 0) != nullptr) {
-            ready_set = true;
-            ready.set_value();
-          }
-        },
-        [&] { states.MarkLost(); });
-  });
-  ASSERT_EQ(ready.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  WatchInto(states, 1);
+  if (HasFatalFailure()) return;
 
   // 24 appends of 1-4 records of 100-700 bytes, answered in order into the tail.
   constexpr int kAppends = 24;
