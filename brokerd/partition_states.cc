@@ -17,15 +17,25 @@ void PartitionStates::Apply(const storage::PartitionChange& change, bool snapsho
     } else {
       auto [it, added] = partitions_.try_emplace(key);
       StoredPartition& p = it->second;
-      if (added || p.topic_id != s.topic_id()) {
+      const bool same_log = !added && p.topic_id == s.topic_id();
+      if (!same_log) {
         ++layout_version_;
         p.tail.clear();
         p.tail_bytes = 0;
       }
       p.topic_id = s.topic_id();
-      p.log_start_offset = s.log_start_offset();
-      p.log_end_offset = s.log_end_offset();
-      p.high_watermark = s.high_watermark();
+      // A message taken before an append or a DeleteRecords whose answer came first must not
+      // set the offsets back: a fetch at the high watermark would wait for the next change
+      // with the records there, one below the log start would be answered. The log is never
+      // cut while storaged runs (a restart comes as a snapshot), so within one log they only
+      // grow.
+      const bool grow_only = same_log && !snapshot;
+      p.log_start_offset = grow_only ? std::max(p.log_start_offset, s.log_start_offset())
+                                     : s.log_start_offset();
+      p.log_end_offset = grow_only ? std::max(p.log_end_offset, s.log_end_offset())
+                                   : s.log_end_offset();
+      p.high_watermark = grow_only ? std::max(p.high_watermark, s.high_watermark())
+                                   : s.high_watermark();
       p.size_bytes = s.size_bytes();
       TrimTail(p);
     }

@@ -9,7 +9,8 @@
 // for, is answered from it with no storaged call. The tail goes with the partition on a
 // snapshot, a loss (storaged restarting: recovery may have cut the log) and a new topic id;
 // offsets below the log start are never answered from it. A log cut while storaged runs
-// (none is today; replication will) must clear it too.
+// (none is today; replication will) must clear it too, and may lower the high watermark,
+// which Apply keeps from going back within one log.
 #pragma once
 
 #include <cstdint>
@@ -80,8 +81,8 @@ class PartitionStates {
   // of the stream's message about the same append. Ignored when the partition is not known
   // or is another log now (deleted and created again). It is not a message of the stream:
   // the OnEveryChange and OnNextChange listeners, which follow which logs exist, do not run.
-  // A stream message taken before the append may still arrive after it and set the offsets
-  // back for a moment; the message about the append itself follows it.
+  // A stream message taken before the append may still arrive after it: it does not set the
+  // high watermark back (within one log it only grows; a snapshot sets it as it is).
   void Advance(const std::string& topic, int32_t partition, const std::string& topic_id,
                int64_t high_watermark);
   // An append to the log of `topic_id` was answered: its batches are offsets

@@ -72,17 +72,22 @@ TEST_F(PartitionStatesAdvanceTest, AnAnswerFromAnotherLogOrAnUnknownPartitionIsI
   EXPECT_EQ(states_.Find("u", 0), nullptr);
 }
 
-TEST_F(PartitionStatesAdvanceTest, TheStreamStaysAuthoritative) {
+TEST_F(PartitionStatesAdvanceTest, AStaleMessageDoesNotSetTheHighWatermarkBack) {
   states_.Advance("t", 0, "id-a", 9);
-  // A message taken before the append arrives after its answer: states are absolute.
+  // A message taken before the append arrives after its answer.
   states_.Apply(Change("t", 0, "id-a", 7), /*snapshot=*/false);
-  EXPECT_EQ(Hw(), 7);
-  EXPECT_EQ(listener_runs_, 1);
-  // Then the message about the append itself.
-  WatchT0();
-  states_.Apply(Change("t", 0, "id-a", 9), /*snapshot=*/false);
   EXPECT_EQ(Hw(), 9);
+  EXPECT_EQ(listener_runs_, 1);
+  // The stream still moves it on.
+  WatchT0();
+  states_.Apply(Change("t", 0, "id-a", 12), /*snapshot=*/false);
+  EXPECT_EQ(Hw(), 12);
   EXPECT_EQ(fired_, 1);
+  // A snapshot (storaged restarted) and a new log set it as they find it.
+  states_.Apply(Change("t", 0, "id-a", 4), /*snapshot=*/true);
+  EXPECT_EQ(Hw(), 4);
+  states_.Apply(Change("t", 0, "id-b", 1), /*snapshot=*/false);
+  EXPECT_EQ(Hw(), 1);
 }
 
 TEST_F(PartitionStatesAdvanceTest, NothingIsAdvancedWhileTheStreamIsLost) {
@@ -181,10 +186,13 @@ TEST_F(PartitionStatesTailTest, OffsetsOutsideTheTailOrTheLogDeferToStoraged) {
 
 TEST_F(PartitionStatesTailTest, OnlyRecordsBelowTheHighWatermarkAreSent) {
   Append(3, 100);
-  // A stream message taken before the last append sets the high watermark back a moment.
-  states_.Apply(Change("t", 0, "id-a", 2), /*snapshot=*/false);
-  EXPECT_EQ(Read(0, 1 << 20), "/seg0:0+200 ");
-  EXPECT_EQ(Read(2, 1 << 20), "none");
+  // An append answered after the append stream's answer but not yet committed (as a
+  // replicated log's may be): its records wait for the high watermark.
+  states_.Appended("t", 0, "id-a", 3, 3, Range("/seg0", 300, 100));
+  EXPECT_EQ(Read(0, 1 << 20), "/seg0:0+300 ");
+  EXPECT_EQ(Read(3, 1 << 20), "none");
+  states_.Advance("t", 0, "id-a", 4);
+  EXPECT_EQ(Read(3, 1 << 20), "/seg0:300+100 ");
 }
 
 TEST_F(PartitionStatesTailTest, AGapInOffsetsStartsTheTailAgain) {
@@ -252,6 +260,10 @@ TEST_F(PartitionStatesTailTest, DeleteRecordsAnsweredRaisesTheLogStartAtOnce) {
   EXPECT_EQ(states_.Find("t", 0)->tail.size(), 2u);
   states_.RaiseLogStart("t", 0, 1);  // never down
   EXPECT_EQ(states_.Find("t", 0)->log_start_offset, 2);
+  // Nor by a stream message taken before the deletion.
+  states_.Apply(Change("t", 0, "id-a", 4), /*snapshot=*/false);
+  EXPECT_EQ(states_.Find("t", 0)->log_start_offset, 2);
+  EXPECT_EQ(Read(1, 1 << 20), "none");
   states_.RaiseLogStart("u", 0, 9);  // an unknown partition: nothing
   EXPECT_EQ(states_.Find("u", 0), nullptr);
 }
