@@ -74,15 +74,21 @@ class Node:
             for k, v in config.items():
                 f.write(f"{k}={v}\n")
 
+    def env(self):
+        """The environment for this node's supervisor: it starts the role daemons from
+        $RUNNEL_BIN_DIR, which must be this node's bin dir (another build's, for an A/B)."""
+        return dict(os.environ, RUNNEL_BIN_DIR=self.bin_dir)
+
     def runnel(self, *args, timeout=30, check=False):
         return subprocess.run([os.path.join(self.bin_dir, "runnel"), *args], capture_output=True,
-                              text=True, timeout=timeout, check=check)
+                              text=True, timeout=timeout, check=check, env=self.env())
 
     def start(self, wait=True):
         self.log_file = open(self.log_path, "a")
         self.proc = subprocess.Popen([os.path.join(self.bin_dir, "runnel"), "--config",
                                       self.config_path], stdout=self.log_file,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=self.env())
         if wait:
             self.wait_ready()
         return self
