@@ -20,8 +20,7 @@ void PartitionStates::Apply(const storage::PartitionChange& change, bool snapsho
       const bool same_log = !added && p.topic_id == s.topic_id();
       if (!same_log) {
         ++layout_version_;
-        p.tail.clear();
-        p.tail_bytes = 0;
+        ClearTail(p);
       }
       p.topic_id = s.topic_id();
       // A message taken before an append or a DeleteRecords whose answer came first must not
@@ -70,8 +69,7 @@ void PartitionStates::Appended(const std::string& topic, int32_t partition,
   if (range.path().empty() || range.length() <= 0 || last_offset < base_offset) return;
   StoredPartition& p = it->second;
   if (!p.tail.empty() && p.tail.back().last_offset + 1 != base_offset) {
-    p.tail.clear();  // another writer's appends came between: start again from here
-    p.tail_bytes = 0;
+    ClearTail(p);  // another writer's appends came between: start again from here
   }
   std::shared_ptr<const TailSegment> segment;
   if (!p.tail.empty() && p.tail.back().segment->path == range.path() &&
@@ -137,11 +135,14 @@ void PartitionStates::RaiseLogStart(const std::string& topic, int32_t partition,
   TrimTail(it->second);
 }
 
+void PartitionStates::ClearTail(StoredPartition& p) {
+  p.tail.clear();
+  p.tail_bytes = 0;
+}
+
 void PartitionStates::DropTail(const std::string& topic, int32_t partition) {
   auto it = partitions_.find(PartitionKey(topic, partition));
-  if (it == partitions_.end()) return;
-  it->second.tail.clear();
-  it->second.tail_bytes = 0;
+  if (it != partitions_.end()) ClearTail(it->second);
 }
 
 void PartitionStates::Notify() {

@@ -136,6 +136,7 @@ class PartitionStates {
     std::function<void()> fn;
   };
   static void TrimTail(StoredPartition& p);
+  static void ClearTail(StoredPartition& p);
   void Fire(WatchId id);
   void FireKey(const PartitionKey& key);  // the watches of one partition
   void FireAll();

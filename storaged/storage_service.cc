@@ -71,6 +71,13 @@ std::map<std::string, std::string> ConfigsOf(const storage::PartitionSpec& spec)
 
 std::string Message(const Status& status) { return std::string(status.message()); }
 
+void ToProto(const FileRange& from, storage::FileRange* to) {
+  to->set_path(from.path);
+  to->set_position(from.position);
+  to->set_length(from.length);
+  to->set_inode(from.inode);
+}
+
 // The log the partition names, or nullptr with `*error` set to why not.
 std::shared_ptr<Log> FindLog(const LogManager& logs, const std::string& topic, int32_t partition,
                              ErrorCode* error) {
@@ -315,13 +322,7 @@ grpc::Status StorageServiceImpl::AppendOwned(storage::AppendRequest* request,
       out->set_log_start_offset(r.log_start_offset);
       out->set_high_watermark(r.high_watermark);
       out->set_topic_id(log->topic_id());
-      if (r.error == ErrorCode::kNone) {
-        storage::FileRange* range = out->mutable_range();
-        range->set_path(std::move(r.range.path));
-        range->set_position(r.range.position);
-        range->set_length(r.range.length);
-        range->set_inode(r.range.inode);
-      }
+      if (r.error == ErrorCode::kNone) ToProto(r.range, out->mutable_range());
     }
     return grpc::Status::OK;
   });
@@ -411,11 +412,7 @@ grpc::Status StorageServiceImpl::Read(grpc::ServerContext*, const storage::ReadR
         }
       }
       for (int i = 0; i < kept; ++i) {
-        storage::FileRange* range = out->add_ranges();
-        range->set_path(r.ranges[i].path);
-        range->set_position(r.ranges[i].position);
-        range->set_length(r.ranges[i].length);
-        range->set_inode(r.ranges[i].inode);
+        ToProto(r.ranges[i], out->add_ranges());
         used += r.ranges[i].length;
       }
     }

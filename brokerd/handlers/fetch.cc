@@ -32,13 +32,14 @@ using protocol::FetchResponse;
 constexpr int16_t kFirstTopicIdVersion = 13;
 constexpr std::chrono::milliseconds kReadTimeout{30000};
 
-// Opens the file of a range and checks it is still the file storaged read (see FileRange).
-std::shared_ptr<const protocol::FileHandle> OpenRange(const storage::FileRange& range) {
-  int fd = ::open(range.path().c_str(), O_RDONLY | O_CLOEXEC);
+// Opens the segment file at `path` and checks it is still the file with `inode`, the one
+// storaged named (see FileRange); null when it is gone or replaced.
+std::shared_ptr<const protocol::FileHandle> OpenFile(const std::string& path, uint64_t inode) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return nullptr;
   auto file = std::make_shared<const protocol::FileHandle>(fd);
   struct stat st;
-  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_ino) != range.inode()) return nullptr;
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_ino) != inode) return nullptr;
   return file;
 }
 
@@ -189,10 +190,7 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
           if (segment == slice.segment.get()) file = handle;
         }
         if (file == nullptr) {
-          storage::FileRange range;
-          range.set_path(slice.segment->path);
-          range.set_inode(slice.segment->inode);
-          file = OpenRange(range);
+          file = OpenFile(slice.segment->path, slice.segment->inode);
           if (file != nullptr) open.emplace_back(slice.segment.get(), file);
         }
         if (file == nullptr) {
@@ -240,7 +238,7 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
       p.out.last_stable_offset = r.last_stable_offset();
       p.out.log_start_offset = r.log_start_offset();
       for (const storage::FileRange& range : r.ranges()) {
-        auto file = OpenRange(range);
+        auto file = OpenFile(range.path(), range.inode());
         // Gone or replaced since storaged answered: send what came before (whole batches);
         // the client fetches the rest again.
         if (file == nullptr) break;
@@ -304,7 +302,7 @@ void HandleFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, Res
   op->max_wait_ms = req.max_wait_ms;
   op->min_bytes = req.min_bytes;
   // The node's fetch.max.bytes bounds what any one consumer asks for, as in Kafka.
-  op->max_bytes = std::min(req.max_bytes, broker.config.GetInt("fetch.max.bytes"));
+  op->max_bytes = std::min(req.max_bytes, broker.fetch_max_bytes);
   op->read_committed = req.isolation_level == 1;
 
   for (auto& topic : req.topics) {

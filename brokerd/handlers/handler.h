@@ -46,6 +46,8 @@ struct BrokerContext {
   // runs these when it stops, before the loop's handles are closed.
   std::unordered_map<uint64_t, std::function<void()>> cancel_on_stop = {};
   uint64_t next_cancel_id = 1;
+  // fetch.max.bytes (a restart key), read once rather than on every Fetch.
+  const int32_t fetch_max_bytes = config.GetInt("fetch.max.bytes");
 };
 
 using HandlerFn = void (*)(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
