@@ -190,14 +190,13 @@ Status Broker::Start(const std::atomic<bool>& stop) {
   registration_ = std::move(reg);
   broker_epoch_ = reg_resp.broker_epoch();
 
-  partitions_.OnEveryChange([this] {
+  // Both follow which logs exist (the reconciler: which to create or delete; the group
+  // shards: which __consumer_offsets logs there are), not their offsets, which move with every
+  // append: a reconciler pass walks every topic and partition on the loop. Config changes
+  // reach the reconciler through the metadata.
+  partitions_.OnLayoutChange([this] {
     reconciler_.Kick();
-    // Shards follow which __consumer_offsets logs exist, not their offsets: skip the
-    // (per-append) changes that only move offsets.
-    if (partitions_.layout_version() != groups_layout_version_) {
-      groups_layout_version_ = partitions_.layout_version();
-      groups_.Reconcile();
-    }
+    groups_.Reconcile();
   });
   append_stream_.Start();
   storage_.StartWatch(

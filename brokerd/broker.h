@@ -80,7 +80,6 @@ class Broker {
   AppendBatcher appends_;
   BrokerContext context_;
   group::Coordinator groups_;  // built after context_ (whose config it reads), which names it
-  uint64_t groups_layout_version_ = UINT64_MAX;  // partitions_' layout groups_ last saw
   StorageReconciler reconciler_;
   Dispatcher dispatcher_;
   KafkaServer server_;

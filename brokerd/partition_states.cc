@@ -146,7 +146,10 @@ void PartitionStates::DropTail(const std::string& topic, int32_t partition) {
 }
 
 void PartitionStates::Notify() {
-  for (const auto& fn : listeners_) fn();
+  if (layout_version_ != notified_layout_version_) {
+    notified_layout_version_ = layout_version_;
+    for (const auto& fn : layout_listeners_) fn();
+  }
   auto once = std::move(next_change_);
   next_change_.clear();
   for (const auto& fn : once) fn();

@@ -80,7 +80,7 @@ class PartitionStates {
   // partition's high watermark and log end up to it (never down) and runs its watches, ahead
   // of the stream's message about the same append. Ignored when the partition is not known
   // or is another log now (deleted and created again). It is not a message of the stream:
-  // the OnEveryChange and OnNextChange listeners, which follow which logs exist, do not run.
+  // the OnLayoutChange and OnNextChange listeners do not run.
   // A stream message taken before the append may still arrive after it: it does not set the
   // high watermark back (within one log it only grows; a snapshot sets it as it is).
   void Advance(const std::string& topic, int32_t partition, const std::string& topic_id,
@@ -123,8 +123,11 @@ class PartitionStates {
   WatchId Watch(const std::vector<PartitionKey>& keys, std::function<void()> fn);
   // Forgets a watch that has not fired; harmless after it fired.
   void Unwatch(WatchId id);
-  // Runs `fn` after every applied message and loss (for the storage reconciler).
-  void OnEveryChange(std::function<void()> fn) { listeners_.push_back(std::move(fn)); }
+  // Runs `fn` after every applied message and loss that changed the layout (which logs
+  // exist, under which topic ids): for those that follow it, the storage reconciler and the
+  // group shards. The messages that only move offsets, one every few ms while appends go on,
+  // do not run it.
+  void OnLayoutChange(std::function<void()> fn) { layout_listeners_.push_back(std::move(fn)); }
   // Runs `fn` once, after the next applied message or loss.
   void OnNextChange(std::function<void()> fn) { next_change_.push_back(std::move(fn)); }
 
@@ -148,7 +151,8 @@ class PartitionStates {
   WatchId next_watch_ = 1;
   std::unordered_map<WatchId, WatchEntry> watches_;
   std::unordered_map<PartitionKey, std::vector<WatchId>, PartitionKeyHash> watches_by_key_;
-  std::vector<std::function<void()>> listeners_;
+  std::vector<std::function<void()>> layout_listeners_;
+  uint64_t notified_layout_version_ = 0;  // the layout the layout listeners last ran for
   std::vector<std::function<void()>> next_change_;
 };
 

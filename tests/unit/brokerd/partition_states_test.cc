@@ -22,7 +22,7 @@ class PartitionStatesAdvanceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     states_.Apply(Change("t", 0, "id-a", 5), /*snapshot=*/true);
-    states_.OnEveryChange([this] { ++listener_runs_; });
+    states_.OnLayoutChange([this] { ++listener_runs_; });
     listener_runs_ = 0;
   }
   // Watches t-0; counts how often the watch ran.
@@ -77,7 +77,6 @@ TEST_F(PartitionStatesAdvanceTest, AStaleMessageDoesNotSetTheHighWatermarkBack) 
   // A message taken before the append arrives after its answer.
   states_.Apply(Change("t", 0, "id-a", 7), /*snapshot=*/false);
   EXPECT_EQ(Hw(), 9);
-  EXPECT_EQ(listener_runs_, 1);
   // The stream still moves it on.
   WatchT0();
   states_.Apply(Change("t", 0, "id-a", 12), /*snapshot=*/false);
@@ -88,6 +87,39 @@ TEST_F(PartitionStatesAdvanceTest, AStaleMessageDoesNotSetTheHighWatermarkBack) 
   EXPECT_EQ(Hw(), 4);
   states_.Apply(Change("t", 0, "id-b", 1), /*snapshot=*/false);
   EXPECT_EQ(Hw(), 1);
+}
+
+TEST_F(PartitionStatesAdvanceTest, LayoutListenersRunWhenLogsComeGoOrChangeIdNotForOffsets) {
+  // The stream's messages while appends go on: offsets only.
+  states_.Apply(Change("t", 0, "id-a", 8), /*snapshot=*/false);
+  states_.Apply(Change("t", 0, "id-a", 9), /*snapshot=*/false);
+  EXPECT_EQ(listener_runs_, 0);
+  // A new log.
+  states_.Apply(Change("t", 1, "id-a", 0), /*snapshot=*/false);
+  EXPECT_EQ(listener_runs_, 1);
+  // One message with an offset move and a new log runs them once.
+  storage::PartitionChange both = Change("t", 0, "id-a", 10);
+  *both.add_partitions() = Change("u", 0, "id-u", 0).partitions(0);
+  states_.Apply(both, /*snapshot=*/false);
+  EXPECT_EQ(listener_runs_, 2);
+  // The topic deleted and created again under a new id.
+  states_.Apply(Change("u", 0, "id-u2", 0), /*snapshot=*/false);
+  EXPECT_EQ(listener_runs_, 3);
+  // A log deleted.
+  storage::PartitionChange gone = Change("t", 1, "id-a", 0);
+  gone.mutable_partitions(0)->set_deleted(true);
+  states_.Apply(gone, /*snapshot=*/false);
+  EXPECT_EQ(listener_runs_, 4);
+  // A deletion of a log not known changes nothing.
+  states_.Apply(gone, /*snapshot=*/false);
+  EXPECT_EQ(listener_runs_, 4);
+  // The stream lost, then a snapshot (storaged restarted), even of the same logs.
+  states_.MarkLost();
+  EXPECT_EQ(listener_runs_, 5);
+  states_.Apply(Change("t", 0, "id-a", 10), /*snapshot=*/true);
+  EXPECT_EQ(listener_runs_, 6);
+  states_.Apply(Change("t", 0, "id-a", 10), /*snapshot=*/true);
+  EXPECT_EQ(listener_runs_, 7);
 }
 
 TEST_F(PartitionStatesAdvanceTest, NothingIsAdvancedWhileTheStreamIsLost) {
