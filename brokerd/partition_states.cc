@@ -140,6 +140,12 @@ void PartitionStates::ClearTail(StoredPartition& p) {
   p.tail_bytes = 0;
 }
 
+void PartitionStates::AppendAnswered(const storage::AppendPartitionResult& r) {
+  if (r.error_code() != 0) return;
+  Appended(r.topic(), r.partition(), r.topic_id(), r.base_offset(), r.last_offset(), r.range());
+  Advance(r.topic(), r.partition(), r.topic_id(), r.high_watermark());
+}
+
 void PartitionStates::DropTail(const std::string& topic, int32_t partition) {
   auto it = partitions_.find(PartitionKey(topic, partition));
   if (it != partitions_.end()) ClearTail(it->second);

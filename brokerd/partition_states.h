@@ -100,6 +100,10 @@ class PartitionStates {
   std::optional<std::vector<TailSlice>> ReadTail(const std::string& topic, int32_t partition,
                                                  int64_t offset, int64_t max_bytes,
                                                  bool min_one) const;
+  // An append this brokerd made was answered (`r`, with no error): Appended and Advance as
+  // the answer says. Every append path calls it, so that a fetch waiting for the records
+  // answers at once: the watch stream tells of appends only every kRoutineSpacing (storaged).
+  void AppendAnswered(const storage::AppendPartitionResult& r);
   // Records were deleted up to `log_start_offset` (DeleteRecords answered): moves the
   // partition's log start up to it (never down) and forgets the tail below it.
   void RaiseLogStart(const std::string& topic, int32_t partition, int64_t log_start_offset);

@@ -22,10 +22,14 @@ namespace {
 
 // How often a waiting WatchPartitions stream looks whether its client went away.
 constexpr std::chrono::milliseconds kWatchPoll{200};
-// The least time between two messages of a WatchPartitions stream: under a steady run of
-// appends it sends what changed at most this often instead of once per append (brokerd
-// learns of its own appends from their answers; the stream keeps its view in step).
+// The least time between two messages of a WatchPartitions stream: news (a log created or
+// deleted, its start moved) goes this soon after the previous message; routine changes (a
+// log's end moved on by appends) wait until kRoutineSpacing after it, or go with news.
+// brokerd learns of its own appends from their answers, so under a steady run of appends
+// the stream only keeps its view in step, a message per kRoutineSpacing rather than one per
+// append: each costs both daemons a few thread wake-ups.
 constexpr std::chrono::milliseconds kWatchSpacing{5};
+constexpr std::chrono::milliseconds kRoutineSpacing{50};
 // Bound of a Read answer carrying bytes, well under the channels' 256 MiB message limit.
 constexpr int64_t kMaxBytesPerResponse = 128 << 20;
 
@@ -107,10 +111,25 @@ ErrorCode KafkaErrorOf(const Status& status) {
   }
 }
 
-void PartitionWatcher::Mark(const TopicPartition& tp) {
+void PartitionWatcher::Mark(const TopicPartition& tp, const LogState& state) {
   if (!Wants(tp.topic)) return;
   std::lock_guard lock(mu_);
-  if (dirty_.insert(tp).second && dirty_.size() == 1) cv_.notify_one();
+  bool news = true;
+  if (state.log_end_offset < 0) {
+    marked_.erase(tp);
+  } else {
+    const Offsets now{state.log_start_offset, state.log_end_offset};
+    auto [it, added] = marked_.try_emplace(tp, now);
+    if (!added) {
+      news = now.log_start_offset != it->second.log_start_offset ||
+             now.log_end_offset < it->second.log_end_offset;
+      it->second = now;
+    }
+  }
+  const bool first = dirty_.insert(tp).second && dirty_.size() == 1;
+  const bool first_news = news && !news_;
+  news_ = news_ || news;
+  if (first || first_news) cv_.notify_one();
 }
 
 void PartitionWatcher::Close() {
@@ -129,12 +148,23 @@ std::vector<TopicPartition> PartitionWatcher::Take(std::chrono::milliseconds tim
   while (!dirty_.empty() && out.size() < max) {
     out.push_back(std::move(dirty_.extract(dirty_.begin()).value()));
   }
+  if (dirty_.empty()) news_ = false;
   return out;
 }
 
-bool PartitionWatcher::Hold(std::chrono::milliseconds timeout) {
+bool PartitionWatcher::Hold(Clock::time_point news_at, Clock::time_point routine_at) {
   std::unique_lock lock(mu_);
-  return !cv_.wait_for(lock, timeout, [&] { return closed_; });
+  while (!closed_) {
+    const Clock::time_point until = news_ ? news_at : routine_at;
+    if (Clock::now() >= until) return true;
+    cv_.wait_until(lock, until);
+  }
+  return false;
+}
+
+bool PartitionWatcher::news() const {
+  std::lock_guard lock(mu_);
+  return news_;
 }
 
 size_t PartitionWatcher::pending() const {
@@ -530,7 +560,7 @@ grpc::Status StorageServiceImpl::WatchPartitions(
     // Subscribed before the snapshot is taken, so no change falls between the two (one may
     // be reported twice, which is harmless: states are absolute).
     int subscription = logs_.Subscribe(
-        [watcher](const TopicPartition& tp, const LogState&) { watcher->Mark(tp); });
+        [watcher](const TopicPartition& tp, const LogState& state) { watcher->Mark(tp, state); });
     // Undone however this call ends, an exception included.
     struct Unwatch {
       StorageServiceImpl* self;
@@ -555,16 +585,14 @@ grpc::Status StorageServiceImpl::WatchPartitions(
         result = grpc::Status(grpc::StatusCode::CANCELLED, "watcher stream broken");
       }
     }
-    auto last_sent = std::chrono::steady_clock::now();
+    auto last_sent = PartitionWatcher::Clock::now();
     while (result.ok()) {
       if (context->IsCancelled()) {
         result = grpc::Status(grpc::StatusCode::CANCELLED, "watcher went away");
         break;
       }
       bool closed = false;
-      const auto since = std::chrono::steady_clock::now() - last_sent;
-      if (since < kWatchSpacing &&
-          !watcher->Hold(std::chrono::ceil<std::chrono::milliseconds>(kWatchSpacing - since))) {
+      if (!watcher->Hold(last_sent + kWatchSpacing, last_sent + kRoutineSpacing)) {
         result = grpc::Status(grpc::StatusCode::UNAVAILABLE, "storaged is stopping");
         break;
       }
@@ -590,7 +618,7 @@ grpc::Status StorageServiceImpl::WatchPartitions(
       if (!writer->Write(change)) {
         result = grpc::Status(grpc::StatusCode::CANCELLED, "watcher stream broken");
       }
-      last_sent = std::chrono::steady_clock::now();
+      last_sent = PartitionWatcher::Clock::now();
     }
     return result;
   });

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -33,28 +34,46 @@ protocol::ErrorCode KafkaErrorOf(const Status& status);
 // One WatchPartitions stream's pending work: the set of partitions changed since its last
 // message (a set, not a queue: memory is bounded by the partition count however slow the
 // reader is). Marked from the threads that change logs, taken by the stream's thread.
+//
+// A change is news when a log appears or goes, or its start offset moves, or its end moves
+// back. One that only moves a known log's end forward (an append; a flush) is routine: the
+// appender learns of it from the append's answer, so the stream may send it later, together
+// with the others of its kind, in one message.
 class PartitionWatcher {
  public:
+  using Clock = std::chrono::steady_clock;
+
   // `topics` filters the partitions of interest; empty = all.
   explicit PartitionWatcher(std::set<std::string> topics) : topics_(std::move(topics)) {}
 
   bool Wants(const std::string& topic) const { return topics_.empty() || topics_.count(topic); }
-  // Never blocks beyond a short lock: it runs on an appending thread.
-  void Mark(const TopicPartition& tp);
+  // Never blocks beyond a short lock: it runs on an appending thread. `state` is the log's
+  // state after the change (negative offsets: the log was deleted).
+  void Mark(const TopicPartition& tp, const LogState& state);
   // Wakes Take for good.
   void Close();
   // Up to `max` changed partitions, taken out of the set, waiting up to `timeout` for one;
   // empty on timeout or once closed (then *closed is set).
   std::vector<TopicPartition> Take(std::chrono::milliseconds timeout, size_t max, bool* closed);
-  // Waits up to `timeout` while changes keep collecting; false once closed.
-  bool Hold(std::chrono::milliseconds timeout);
+  // Waits while changes keep collecting: until `news_at` once a change that is news is
+  // pending, else until `routine_at`. False once closed.
+  bool Hold(Clock::time_point news_at, Clock::time_point routine_at);
   size_t pending() const;
+  // True when a pending change is news.
+  bool news() const;
 
  private:
+  struct Offsets {
+    int64_t log_start_offset;
+    int64_t log_end_offset;
+  };
   const std::set<std::string> topics_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::set<TopicPartition> dirty_;
+  bool news_ = false;
+  // Each wanted partition's offsets as last marked, to tell news from routine.
+  std::map<TopicPartition, Offsets> marked_;
   bool closed_ = false;
 };
 

@@ -170,13 +170,9 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
         std::move(w.append), w.records, timeout,
         [&broker, pending, out, version](const grpc::Status& status,
                                          const storage::AppendPartitionResult& r) {
-          if (status.ok() && r.error_code() == 0) {
-            // Fetches waiting for these records answer now, not at the watch stream's turn,
-            // and from where the answer says they lie.
-            broker.partitions.Appended(r.topic(), r.partition(), r.topic_id(), r.base_offset(),
-                                       r.last_offset(), r.range());
-            broker.partitions.Advance(r.topic(), r.partition(), r.topic_id(), r.high_watermark());
-          }
+          // Fetches waiting for these records answer now, not at the watch stream's turn,
+          // and from where the answer says they lie.
+          if (status.ok()) broker.partitions.AppendAnswered(r);
           if (!status.ok()) {
             out->error_code = static_cast<int16_t>(StorageCallError(status));
             if (version >= 8) out->error_message = status.error_message();

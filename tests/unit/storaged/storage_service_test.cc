@@ -228,18 +228,27 @@ TEST(KafkaErrorOfTest, OneMappingPinned) {
   EXPECT_EQ(KafkaErrorOf(absl::DataLossError("crc")), ErrorCode::kKafkaStorageError);
 }
 
+// A log's state after an append (or any change) that leaves it holding [start, end).
+LogState At(int64_t start, int64_t end) {
+  LogState s;
+  s.log_start_offset = start;
+  s.log_end_offset = end;
+  s.high_watermark = end;
+  return s;
+}
+
 TEST(PartitionWatcherTest, CoalescesPerPartitionAndDeliversInBatches) {
   PartitionWatcher w({});
   bool closed = false;
   // A slow reader: many changes to few partitions cost one entry each.
-  for (int i = 0; i < 10000; ++i) w.Mark({"t", i % 3});
+  for (int i = 0; i < 10000; ++i) w.Mark({"t", i % 3}, At(0, i));
   EXPECT_EQ(w.pending(), 3u);
   std::vector<TopicPartition> got = w.Take(std::chrono::milliseconds(0), 100, &closed);
   EXPECT_FALSE(closed);
   EXPECT_EQ(got.size(), 3u);
   EXPECT_EQ(w.pending(), 0u);
   // Many partitions: delivered at most `max` at a time, nothing lost.
-  for (int i = 0; i < 250; ++i) w.Mark({"t", i});
+  for (int i = 0; i < 250; ++i) w.Mark({"t", i}, At(0, 1));
   std::set<TopicPartition> seen;
   for (int round = 0; round < 10 && seen.size() < 250; ++round) {
     got = w.Take(std::chrono::milliseconds(0), 100, &closed);
@@ -255,11 +264,11 @@ TEST(PartitionWatcherTest, CoalescesPerPartitionAndDeliversInBatches) {
 
 TEST(PartitionWatcherTest, FiltersTopicsAndWakesTheReader) {
   PartitionWatcher w({"a"});
-  w.Mark({"b", 0});
+  w.Mark({"b", 0}, At(0, 1));
   EXPECT_EQ(w.pending(), 0u);
   std::thread marker([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    w.Mark({"a", 1});
+    w.Mark({"a", 1}, At(0, 1));
   });
   bool closed = false;
   auto start = std::chrono::steady_clock::now();
@@ -314,24 +323,70 @@ TEST_F(StorageServiceTest, CreatePartitionsAndTheirErrors) {
   EXPECT_EQ(resp.partitions(2).error_code(), 0);
 }
 
-TEST(PartitionWatcherTest, HoldLetsChangesCollectUntilItsTimeOrClose) {
+TEST(PartitionWatcherTest, OnlyAKnownLogsEndMovingOnIsRoutine) {
   PartitionWatcher w({});
+  bool closed = false;
+  auto news_then_take = [&](const TopicPartition& tp, const LogState& state) {
+    w.Mark(tp, state);
+    const bool news = w.news();
+    w.Take(std::chrono::milliseconds(0), 100, &closed);
+    return news;
+  };
+  EXPECT_TRUE(news_then_take({"t", 0}, At(0, 0))) << "a log not seen before";
+  EXPECT_FALSE(news_then_take({"t", 0}, At(0, 5))) << "appends";
+  EXPECT_FALSE(news_then_take({"t", 0}, At(0, 5))) << "a flush: nothing moved";
+  EXPECT_TRUE(news_then_take({"t", 0}, At(3, 5))) << "the start moved (retention, DeleteRecords)";
+  EXPECT_TRUE(news_then_take({"t", 0}, At(3, 4))) << "the end moved back (a truncation)";
+  EXPECT_TRUE(news_then_take({"t", 0}, At(-1, -1))) << "deleted";
+  EXPECT_TRUE(news_then_take({"t", 0}, At(0, 0))) << "created again";
+  EXPECT_FALSE(news_then_take({"t", 0}, At(0, 1)));
+  // News stays pending with routine changes until taken, and Take ends it.
+  w.Mark({"t", 0}, At(0, 2));
+  w.Mark({"u", 0}, At(0, 0));
+  w.Mark({"t", 0}, At(0, 3));
+  EXPECT_TRUE(w.news());
+  EXPECT_EQ(w.Take(std::chrono::milliseconds(0), 1, &closed).size(), 1u);
+  EXPECT_TRUE(w.news()) << "not all taken yet";
+  EXPECT_EQ(w.Take(std::chrono::milliseconds(0), 1, &closed).size(), 1u);
+  EXPECT_FALSE(w.news());
+}
+
+TEST(PartitionWatcherTest, HoldWaitsForItsRoutineTimeUnlessNewsComes) {
+  using Clock = PartitionWatcher::Clock;
+  PartitionWatcher w({});
+  bool closed = false;
+  w.Mark({"t", 0}, At(0, 0));
+  w.Take(std::chrono::milliseconds(0), 100, &closed);
+  // Routine changes collect until the routine time.
   std::thread marker([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    w.Mark({"t", 0});
+    w.Mark({"t", 0}, At(0, 1));
   });
-  auto start = std::chrono::steady_clock::now();
-  EXPECT_TRUE(w.Hold(std::chrono::milliseconds(100)));  // a change does not end it
-  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(95));
+  auto start = Clock::now();
+  EXPECT_TRUE(w.Hold(start, start + std::chrono::milliseconds(100)));
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(95));
   marker.join();
   EXPECT_EQ(w.pending(), 1u);
+  // News ends the wait at its own time, long before the routine time.
+  std::thread news([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    w.Mark({"u", 0}, At(0, 0));
+  });
+  start = Clock::now();
+  EXPECT_TRUE(w.Hold(start + std::chrono::milliseconds(20), start + std::chrono::seconds(30)));
+  const auto waited = Clock::now() - start;
+  EXPECT_GE(waited, std::chrono::milliseconds(19));
+  EXPECT_LT(waited, std::chrono::seconds(10));
+  news.join();
+  EXPECT_EQ(w.pending(), 2u);
+  // Close ends it at once, with nothing said.
   std::thread closer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     w.Close();
   });
-  start = std::chrono::steady_clock::now();
-  EXPECT_FALSE(w.Hold(std::chrono::seconds(30)));  // Close does, at once
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  start = Clock::now();
+  EXPECT_FALSE(w.Hold(start + std::chrono::seconds(30), start + std::chrono::seconds(30)));
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
   closer.join();
 }
 
@@ -647,9 +702,9 @@ TEST_F(StorageServiceTest, WatchStreamsStatesThenChanges) {
   EXPECT_EQ(again->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
-// Appends a millisecond or two apart reach a watcher that reads at once in messages at
-// least kWatchSpacing (5 ms) apart, each with the partition's latest state, not one message
-// per append.
+// Appends a millisecond or two apart reach a watcher that reads at once in messages about
+// kRoutineSpacing (50 ms) apart, each with the partition's latest state, not one message per
+// append.
 TEST_F(StorageServiceTest, WatchSpacesItsMessagesUnderSteadyAppends) {
   ASSERT_EQ(CreateCode("w", 0, topic_id_), 0);
   grpc::ClientContext ctx;
@@ -658,6 +713,7 @@ TEST_F(StorageServiceTest, WatchSpacesItsMessagesUnderSteadyAppends) {
   storage::PartitionChange change;
   ASSERT_TRUE(reader->Read(&change));
   constexpr int kAppends = 100;
+  const auto start = std::chrono::steady_clock::now();
   std::thread appender([&] {
     for (int i = 0; i < kAppends; ++i) {
       EXPECT_EQ(Append("w", 0, Batch(1)).error_code(), 0);
@@ -672,7 +728,12 @@ TEST_F(StorageServiceTest, WatchSpacesItsMessagesUnderSteadyAppends) {
   }
   appender.join();
   EXPECT_EQ(end, kAppends);
-  EXPECT_LE(messages, kAppends * 2 / 3) << "about one message per append: not spaced";
+  // The first append is news (the watch had not seen the log change yet); then one message
+  // per 50 ms at most (45 leaves room for the clock's rounding).
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_LE(messages, 2 + elapsed / std::chrono::milliseconds(45))
+      << "over " << std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count()
+      << " ms: not spaced";
   ctx.TryCancel();
 }
 
