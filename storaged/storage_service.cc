@@ -23,8 +23,9 @@ namespace {
 // How often a waiting WatchPartitions stream looks whether its client went away.
 constexpr std::chrono::milliseconds kWatchPoll{200};
 // The least time between two messages of a WatchPartitions stream: news (a log created or
-// deleted, its start moved) goes this soon after the previous message; routine changes (a
-// log's end moved on by appends) wait until kRoutineSpacing after it, or go with news.
+// deleted, its start moved, its end moved back) goes this soon after the previous message;
+// routine changes (a log's end moved on by appends) wait until kRoutineSpacing after it, or
+// go with news (see PartitionWatcher).
 // brokerd learns of its own appends from their answers, so under a steady run of appends
 // the stream only keeps its view in step, a message per kRoutineSpacing rather than one per
 // append: each costs both daemons a few thread wake-ups.
