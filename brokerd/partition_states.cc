@@ -82,8 +82,7 @@ void PartitionStates::Appended(const std::string& topic, int32_t partition,
                               range.length()});
   p.tail_bytes += range.length();
   while (p.tail.size() > kTailAppends || (p.tail.size() > 1 && p.tail_bytes > kTailBytes)) {
-    p.tail_bytes -= p.tail.front().length;
-    p.tail.pop_front();
+    DropOldest(p);
   }
 }
 
@@ -121,10 +120,12 @@ std::optional<std::vector<TailSlice>> PartitionStates::ReadTail(const std::strin
 
 void PartitionStates::TrimTail(StoredPartition& p) {
   // Appends below the log start (retention, DeleteRecords) are never sent again.
-  while (!p.tail.empty() && p.tail.front().last_offset < p.log_start_offset) {
-    p.tail_bytes -= p.tail.front().length;
-    p.tail.pop_front();
-  }
+  while (!p.tail.empty() && p.tail.front().last_offset < p.log_start_offset) DropOldest(p);
+}
+
+void PartitionStates::DropOldest(StoredPartition& p) {
+  p.tail_bytes -= p.tail.front().length;
+  p.tail.pop_front();
 }
 
 void PartitionStates::RaiseLogStart(const std::string& topic, int32_t partition,

@@ -144,6 +144,7 @@ class PartitionStates {
   };
   static void TrimTail(StoredPartition& p);
   static void ClearTail(StoredPartition& p);
+  static void DropOldest(StoredPartition& p);  // the tail's oldest append, which must exist
   void Fire(WatchId id);
   void FireKey(const PartitionKey& key);  // the watches of one partition
   void FireAll();

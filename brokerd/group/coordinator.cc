@@ -301,12 +301,12 @@ void Shard::Write(std::vector<LogRecord> records, std::function<void(int16_t err
       std::move(append), std::chrono::milliseconds(config_.offsets_commit_timeout_ms),
       [this, alive, id](const grpc::Status& status, const storage::AppendPartitionResult& r) {
         if (alive.expired()) return;
-        // A consumer of __consumer_offsets (a lag monitor) sees the commit at once.
-        if (status.ok()) broker_.partitions.AppendAnswered(r);
         int16_t error = 0;
         if (!status.ok()) {
           error = MapAppendError(ToWire(StorageCallError(status)));
         } else {
+          // A consumer of __consumer_offsets (a lag monitor) sees the commit at once.
+          broker_.partitions.AppendAnswered(r);
           error = MapAppendError(static_cast<int16_t>(r.error_code()));
         }
         if (error != 0) {

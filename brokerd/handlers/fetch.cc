@@ -103,6 +103,10 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
   }
 
   bool MayWait() const { return max_wait_ms > 0 && min_bytes > 0 && !timed_out; }
+  // Whether a read that found `bytes` is answered now rather than waited on.
+  bool AnswerNow(int64_t bytes, bool any_error) const {
+    return any_error || bytes >= min_bytes || !MayWait();
+  }
 
   void Attempt() {
     if (done) return;
@@ -204,7 +208,7 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
     for (size_t k = 0; k < reading_parts.size(); ++k) {
       parts[reading_parts[k]].out.records.files = std::move(found[k]);
     }
-    if (any_error || used >= min_bytes || !MayWait()) {
+    if (AnswerNow(used, any_error)) {
       Finish();
     } else {
       Wait();
@@ -249,7 +253,7 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
       const StoredPartition* st = broker.partitions.Find(p.name, p.in.partition);
       if (st != nullptr && st->high_watermark > r.high_watermark()) stale = true;
     }
-    if (any_error || total >= min_bytes || !MayWait()) return Finish();
+    if (AnswerNow(total, any_error)) return Finish();
     // Data arrived between the read and now: read again rather than wait for the next change.
     if (stale) return Attempt();
     Wait();

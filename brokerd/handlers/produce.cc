@@ -170,13 +170,13 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
         std::move(w.append), w.records, timeout,
         [&broker, pending, out, version](const grpc::Status& status,
                                          const storage::AppendPartitionResult& r) {
-          // Fetches waiting for these records answer now, not at the watch stream's turn,
-          // and from where the answer says they lie.
-          if (status.ok()) broker.partitions.AppendAnswered(r);
           if (!status.ok()) {
             out->error_code = static_cast<int16_t>(StorageCallError(status));
             if (version >= 8) out->error_message = status.error_message();
           } else {
+            // Fetches waiting for these records answer now, not at the watch stream's turn,
+            // and from where the answer says they lie.
+            broker.partitions.AppendAnswered(r);
             out->error_code = static_cast<int16_t>(r.error_code());
             out->base_offset = r.base_offset();
             out->log_append_time_ms = r.log_append_time();
