@@ -263,10 +263,7 @@ TEST_F(StoragePathTest, TheTailAnswersAsStoragedsReadDoes) {
                      [&](const grpc::Status& s, const storage::AppendPartitionResult& r) {
                        EXPECT_TRUE(s.ok()) << s.error_message();
                        EXPECT_EQ(r.error_code(), 0) << r.error_message();
-                       states.Appended(r.topic(), r.partition(), r.topic_id(), r.base_offset(),
-                                       r.last_offset(), r.range());
-                       states.Advance(r.topic(), r.partition(), r.topic_id(),
-                                      r.high_watermark());
+                       states.AppendAnswered(r);
                        if (++finished == kAppends) all_done.set_value();
                      });
     }
