@@ -6,6 +6,10 @@
 #   make soak   build Release and run the Raft simulator over SEEDS seeds of long runs
 #               for 3 and for 5 voters (a failing seed is printed with how to replay it)
 #   make fmt    clang-format every C++ file
+#   make peers  resolve Apache Kafka 4.4 (broker, tools, Connect, Streams) from Maven into
+#               ~/.cache/runnel-peers (RUNNEL_PEERS_CACHE), for the compat tests
+#   make compat build Release and run tests/compat (Kafka 4.4's own tools) against Kafka 4.4,
+#               the judge, then against a Runnel node (COMPAT_TESTS picks the test modules)
 
 CONFIG ?= config/runnel.properties
 JOBS ?= $(shell nproc)
@@ -13,9 +17,10 @@ RELEASE_DIR := build/release
 SEEDS ?= 20000
 TEST_DIR := build/asan
 FUZZ_DIR := build/fuzz
+COMPAT_TESTS ?= test_topics test_console test_groups test_metadata_quorum
 CMAKE_COMMON := -G Ninja -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
 
-.PHONY: all deps build run test unit-test fuzz-test bench soak fmt clean
+.PHONY: all deps build run test unit-test fuzz-test bench soak fmt clean peers compat
 
 all: build
 
@@ -52,6 +57,15 @@ bench: build
 soak: build
 	$(RELEASE_DIR)/bin/runnel-raft-soak --nodes 3 --seeds $(SEEDS) --steps 5000
 	$(RELEASE_DIR)/bin/runnel-raft-soak --nodes 5 --seeds $(SEEDS) --steps 5000
+
+peers: deps
+	scripts/peers/kafka prepare
+
+# Kafka first: a compat test that fails against Kafka 4.4 is a wrong test.
+compat: build peers
+	cd tests/compat && RUNNEL_COMPAT_TARGET=kafka python3 -m unittest -v $(COMPAT_TESTS)
+	cd tests/compat && RUNNEL_COMPAT_TARGET=runnel RUNNEL_BIN_DIR=$(CURDIR)/$(RELEASE_DIR)/bin \
+	  python3 -m unittest -v $(COMPAT_TESTS)
 
 fmt:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i

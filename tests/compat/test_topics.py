@@ -1,0 +1,127 @@
+"""kafka-topics and kafka-configs (Kafka 4.4's TopicCommand and ConfigCommand) against the
+target: create, list, describe, alter partitions, delete; describe and alter topic configs."""
+import re
+import unittest
+
+from peers import TargetTestCase, wait_until
+
+
+def describe_partitions(text, topic):
+    """{partition: leader} from `kafka-topics --describe` output."""
+    parts = {}
+    for line in text.splitlines():
+        m = re.search(rf"Topic: {re.escape(topic)}\s+Partition: (\d+)\s+Leader: (-?\d+)", line)
+        if m:
+            parts[int(m.group(1))] = int(m.group(2))
+    return parts
+
+
+class TopicsTest(TargetTestCase):
+    def list_topics(self):
+        return self.tool("kafka-topics", "--list").stdout.split()
+
+    def test_create_list_describe_alter_delete(self):
+        t = self.topic()
+        out = self.tool("kafka-topics", "--create", "--topic", t, "--partitions", "3",
+                        "--replication-factor", "1")
+        self.assertIn(f"Created topic {t}.", out.stdout)
+        self.assertIn(t, self.list_topics())
+
+        desc = self.tool("kafka-topics", "--describe", "--topic", t).stdout
+        self.assertRegex(desc, rf"Topic: {t}\s+TopicId: \S+\s+PartitionCount: 3\s+"
+                               r"ReplicationFactor: 1")
+        self.assertEqual(describe_partitions(desc, t), {0: 1, 1: 1, 2: 1})
+
+        out = self.tool("kafka-topics", "--alter", "--topic", t, "--partitions", "5")
+        desc = self.tool("kafka-topics", "--describe", "--topic", t).stdout
+        self.assertRegex(desc, r"PartitionCount: 5\s")
+        self.assertEqual(sorted(describe_partitions(desc, t)), [0, 1, 2, 3, 4])
+
+        # Fewer partitions than a topic has is refused, and the tool says so.
+        bad = self.tool("kafka-topics", "--alter", "--topic", t, "--partitions", "2",
+                        check=False)
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("InvalidPartitionsException", bad.stdout + bad.stderr)
+
+        self.tool("kafka-topics", "--delete", "--topic", t)
+        wait_until(lambda: t not in self.list_topics(), 30, f"{t} gone from --list")
+
+    def test_create_twice_and_describe_unknown(self):
+        t = self.topic()
+        self.tool("kafka-topics", "--create", "--topic", t, "--partitions", "1")
+        again = self.tool("kafka-topics", "--create", "--topic", t, "--partitions", "1",
+                          check=False)
+        self.assertEqual(again.returncode, 1)
+        self.assertIn(f"Topic '{t}' already exists.", again.stdout + again.stderr)
+        # --if-not-exists makes it a no-op.
+        self.tool("kafka-topics", "--create", "--topic", t, "--partitions", "1",
+                  "--if-not-exists")
+        unknown = self.tool("kafka-topics", "--describe", "--topic", t + "-nope", check=False)
+        self.assertEqual(unknown.returncode, 1)
+        self.assertIn(f"Topic '{t}-nope' does not exist as expected",
+                      unknown.stdout + unknown.stderr)
+
+    def test_create_with_config_shows_in_describe(self):
+        t = self.topic()
+        self.tool("kafka-topics", "--create", "--topic", t, "--partitions", "2",
+                  "--config", "retention.ms=3600000", "--config", "cleanup.policy=compact")
+        desc = self.tool("kafka-topics", "--describe", "--topic", t).stdout
+        configs = re.search(r"Configs: (\S*)", desc).group(1).split(",")
+        self.assertIn("retention.ms=3600000", configs)
+        self.assertIn("cleanup.policy=compact", configs)
+
+
+class ConfigsTest(TargetTestCase):
+    def describe(self, topic, *extra):
+        out = self.tool("kafka-configs", "--entity-type", "topics", "--entity-name", topic,
+                        "--describe", *extra).stdout
+        configs = {}
+        for line in out.splitlines():
+            m = re.match(r"\s+([a-z0-9.]+)=(\S*) sensitive=(true|false) synonyms=\{(.*)\}$", line)
+            if m:
+                configs[m.group(1)] = (m.group(2), m.group(4))
+        return out, configs
+
+    def test_alter_and_describe_topic_config(self):
+        t = self.topic()
+        self.tool("kafka-topics", "--create", "--topic", t, "--partitions", "1")
+        out, configs = self.describe(t)
+        self.assertIn(f"Dynamic configs for topic {t} are:", out)
+        self.assertEqual(configs, {})
+
+        out = self.tool("kafka-configs", "--entity-type", "topics", "--entity-name", t,
+                        "--alter", "--add-config", "retention.ms=7200000,max.message.bytes=65536")
+        self.assertIn(f"Completed updating config for topic {t}.", out.stdout)
+        _, configs = self.describe(t)
+        self.assertEqual(configs["retention.ms"][0], "7200000")
+        self.assertIn("DYNAMIC_TOPIC_CONFIG:retention.ms=7200000", configs["retention.ms"][1])
+        self.assertEqual(configs["max.message.bytes"][0], "65536")
+        self.assertEqual(sorted(configs), ["max.message.bytes", "retention.ms"])
+
+        self.tool("kafka-configs", "--entity-type", "topics", "--entity-name", t,
+                  "--alter", "--delete-config", "retention.ms")
+        _, configs = self.describe(t)
+        self.assertEqual(sorted(configs), ["max.message.bytes"])
+
+    def test_describe_all_lists_defaults(self):
+        t = self.topic()
+        self.tool("kafka-topics", "--create", "--topic", t, "--partitions", "1")
+        out, configs = self.describe(t, "--all")
+        self.assertIn(f"All configs for topic {t} are:", out)
+        for key in ("cleanup.policy", "retention.ms", "segment.bytes", "max.message.bytes",
+                    "min.insync.replicas", "compression.type"):
+            self.assertIn(key, configs)
+        self.assertEqual(configs["cleanup.policy"][0], "delete")
+        self.assertEqual(configs["retention.ms"][0], "604800000")
+
+    def test_bad_value_is_refused(self):
+        t = self.topic()
+        self.tool("kafka-topics", "--create", "--topic", t, "--partitions", "1")
+        bad = self.tool("kafka-configs", "--entity-type", "topics", "--entity-name", t,
+                        "--alter", "--add-config", "cleanup.policy=sometimes", check=False)
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("InvalidConfigurationException", bad.stdout + bad.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
