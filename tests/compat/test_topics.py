@@ -3,7 +3,21 @@ target: create, list, describe, alter partitions, delete; describe and alter top
 import re
 import unittest
 
-from peers import TargetTestCase, wait_until
+from peers import TargetTestCase, runnel_gap, wait_until
+
+# Every topic config Kafka 4.4 lists in `kafka-configs --describe --all` of a topic.
+KAFKA_44_TOPIC_CONFIGS = sorted("""
+cleanup.policy compression.gzip.level compression.lz4.level compression.type
+compression.zstd.level delete.retention.ms errors.deadletterqueue.group.enable
+file.delete.delay.ms flush.messages flush.ms follower.replication.throttled.replicas
+index.interval.bytes leader.replication.throttled.replicas local.retention.bytes
+local.retention.ms max.compaction.lag.ms max.decompressed.message.bytes max.message.bytes
+message.timestamp.after.max.ms message.timestamp.before.max.ms message.timestamp.type
+min.cleanable.dirty.ratio min.compaction.lag.ms min.insync.replicas preallocate
+remote.copy.lag.bytes remote.copy.lag.ms remote.log.copy.disable remote.log.delete.on.disable
+remote.storage.enable retention.bytes retention.ms segment.bytes segment.index.bytes
+segment.jitter.ms segment.ms unclean.leader.election.enable
+""".split())
 
 
 def describe_partitions(text, topic):
@@ -61,6 +75,15 @@ class TopicsTest(TargetTestCase):
         self.assertIn(f"Topic '{t}-nope' does not exist as expected",
                       unknown.stdout + unknown.stderr)
 
+    @runnel_gap("Runnel does not serve DescribeTopicPartitions (API 75), so kafka-topics "
+                "--describe falls back to Metadata and prints 'Elr: N/A LastKnownElr: N/A'")
+    def test_describe_shows_eligible_leader_replicas(self):
+        t = self.topic()
+        self.tool("kafka-topics", "--create", "--topic", t, "--partitions", "1")
+        desc = self.tool("kafka-topics", "--describe", "--topic", t).stdout
+        self.assertRegex(desc, rf"(?m)Topic: {t}\s+Partition: 0\s+Leader: 1\s+Replicas: 1\s+Isr: 1"
+                               r"\s+Elr: \s+LastKnownElr: \s*$")
+
     def test_create_with_config_shows_in_describe(self):
         t = self.topic()
         self.tool("kafka-topics", "--create", "--topic", t, "--partitions", "2",
@@ -113,6 +136,18 @@ class ConfigsTest(TargetTestCase):
             self.assertIn(key, configs)
         self.assertEqual(configs["cleanup.policy"][0], "delete")
         self.assertEqual(configs["retention.ms"][0], "604800000")
+
+    @runnel_gap("Runnel's topic configs are Kafka 3.x's: it lists message.downconversion.enable "
+                "(gone in Kafka 4.0) and lacks compression.{gzip,lz4,zstd}.level, "
+                "errors.deadletterqueue.group.enable, max.decompressed.message.bytes, "
+                "remote.copy.lag.{bytes,ms}, remote.log.{copy.disable,delete.on.disable}; "
+                "message.timestamp.after.max.ms defaults to Long.MAX_VALUE, not 3600000")
+    def test_describe_all_is_kafka_44s_config_set(self):
+        t = self.topic()
+        self.tool("kafka-topics", "--create", "--topic", t, "--partitions", "1")
+        _, configs = self.describe(t, "--all")
+        self.assertEqual(sorted(configs), KAFKA_44_TOPIC_CONFIGS)
+        self.assertEqual(configs["message.timestamp.after.max.ms"][0], "3600000")  # KIP-1030
 
     def test_bad_value_is_refused(self):
         t = self.topic()
