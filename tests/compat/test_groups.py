@@ -1,8 +1,9 @@
 """kafka-consumer-groups (Kafka 4.4's ConsumerGroupCommand) against the target: a group's
 offsets and lag after a console consumer, offsets reset to the earliest, list and delete."""
+import subprocess
 import unittest
 
-from peers import TargetTestCase, runnel_gap
+from peers import KAFKA, TargetTestCase, runnel_gap, wait_until
 
 NOT_IDEMPOTENT = ("--command-property", "enable.idempotence=false")  # see test_console
 
@@ -80,6 +81,32 @@ class ConsumerGroupsTest(TargetTestCase):
         self.consume_all(t, g, 17)
         rows, _ = self.describe(g)
         self.assertEqual({p: int(r["LAG"]) for p, r in rows.items()}, {0: 0, 1: 0})
+
+    def test_describe_active_member(self):
+        t, g = self.topic(), self.topic("-group")
+        self.tool("kafka-topics", "--create", "--topic", t, "--partitions", "2")
+        # A console consumer that stays in the group for up to 20 s without records.
+        consumer = subprocess.Popen(
+            [KAFKA, "tool", "kafka-console-consumer", "--bootstrap-server", self.bootstrap,
+             "--topic", t, "--group", g, "--timeout-ms", "20000"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            def stable():
+                out = self.tool("kafka-consumer-groups", "--describe", "--group", g, "--state")
+                rows = table(out.stdout, "GROUP")
+                return rows and rows[0]["STATE"] == "Stable" and rows[0]["#MEMBERS"] == "1"
+            wait_until(stable, 40, f"{g} Stable with one member", interval=1)
+            out = self.tool("kafka-consumer-groups", "--describe", "--group", g, "--members",
+                            "--verbose").stdout
+            rows = table(out, "GROUP")
+            self.assertEqual(len(rows), 1, out)
+            self.assertEqual(rows[0]["CLIENT-ID"], "console-consumer")
+            self.assertEqual(rows[0]["HOST"], "/127.0.0.1")
+            self.assertEqual(rows[0]["#PARTITIONS"], "2")
+            self.assertEqual(rows[0]["CURRENT-ASSIGNMENT"], f"{t}:0,1")
+        finally:
+            consumer.terminate()
+            consumer.wait(timeout=30)
 
     def test_reset_to_offset_and_delete_group(self):
         t, g = self.topic(), self.topic("-group")
