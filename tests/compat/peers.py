@@ -87,7 +87,13 @@ class Target:
         if self.kind == "runnel":
             if not harness.BIN_DIR:
                 raise unittest.SkipTest("RUNNEL_BIN_DIR is not set (the Runnel binaries)")
-            self.node = harness.Node(extra_config=self.runnel_config).start()
+            node = harness.Node(extra_config=self.runnel_config)
+            try:
+                node.start()
+            except BaseException:
+                node.cleanup()  # its directory, and a supervisor that did start
+                raise
+            self.node = node
             self.port = self.node.port
             self.dir = self.node.dir
             return self
