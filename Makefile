@@ -43,13 +43,13 @@ unit-test: deps
 	cmake --build $(TEST_DIR) -j $(JOBS)
 	cd $(TEST_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --output-on-failure -j $(JOBS) --timeout 600
+	  ../../scripts/ctest-with-timings -j $(JOBS) --timeout 600
 
 fuzz-test: deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) $(CMAKE_COMMON) \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUNNEL_FUZZ=ON
 	cmake --build $(FUZZ_DIR) -j $(JOBS)
-	cd $(FUZZ_DIR) && ctest --output-on-failure --timeout 600
+	cd $(FUZZ_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 bench: build
 	bench/run-all $(RELEASE_DIR)
