@@ -5,7 +5,9 @@ listening on a free 127.0.0.1 port. Every wait is bounded. Only processes this h
 started are signalled, by PID. At stop, the node's log is scanned for sanitizer reports,
 which fail the test.
 """
+import fcntl
 import os
+import random
 import re
 import shutil
 import signal
@@ -20,10 +22,42 @@ SANITIZER_PATTERNS = re.compile(
     r"(ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|UndefinedBehaviorSanitizer)")
 
 
-def free_port():
+# Ports a test names before a daemon binds them. Binding port 0 and closing races under
+# `ctest -j` (the kernel hands the port to the next asker, or to an outgoing connection), so a
+# port is drawn from 20000-32767, below Linux's ephemeral range, and claimed by an flock on
+# /tmp/runnel-test-ports/<port>.lock held until this process exits (the C++ tests use the same
+# files: tests/util/reserved_port.h). A node keeps its port across restarts of its roles.
+RESERVED_PORT_DIR = "/tmp/runnel-test-ports"
+_reserved_port_files = []  # open, locked: the reservations of this process
+_port_rng = random.Random()
+
+
+def _loopback_bindable(port):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port():
+    """A 127.0.0.1 port reserved for this process (see above)."""
+    os.makedirs(RESERVED_PORT_DIR, exist_ok=True)
+    for _ in range(500):
+        port = _port_rng.randint(20000, 32767)
+        f = open(os.path.join(RESERVED_PORT_DIR, f"{port}.lock"), "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            continue
+        if not _loopback_bindable(port):
+            f.close()
+            continue
+        _reserved_port_files.append(f)
+        return port
+    raise RuntimeError("no free loopback port in 20000-32767 after 500 draws")
 
 
 def wait_until(predicate, timeout, what, interval=0.05):

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "controllerd/file_system.h"
+#include "tests/util/reserved_port.h"
 
 namespace runnel::controllerd::testing {
 
@@ -34,22 +35,8 @@ class TempDir {
   std::string path_;
 };
 
-// A 127.0.0.1 port nobody listens on right now (the kernel's pick for an ephemeral bind);
-// 0 when none could be had.
-inline int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
+// A 127.0.0.1 port reserved for this test process; 0 when none could be had.
+inline int FreePort() { return runnel::testing::ReservePort(); }
 
 inline std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
