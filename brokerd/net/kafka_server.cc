@@ -16,6 +16,7 @@
 
 #include "common/log/log.h"
 #include "common/protocol/wire.h"
+#include "common/util/big_endian.h"
 
 namespace runnel::brokerd {
 namespace {
@@ -47,11 +48,6 @@ std::string PeerAddress(int fd, std::string* ip_out) {
   return fmt::format("{}:{}", ip, port);
 }
 
-uint32_t ReadBigEndian32(const uint8_t* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
-}
-
-uint16_t ReadBigEndian16(const uint8_t* p) { return static_cast<uint16_t>((p[0] << 8) | p[1]); }
 
 // Byte ranges one sendmsg carries at most (Linux allows 1024).
 constexpr size_t kMaxIov = 256;
@@ -237,7 +233,7 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
   void ParseFrames() {
     size_t pos = 0;
     while (!closing_ && !close_requested_ && in_.size() - pos >= 4) {
-      int32_t size = static_cast<int32_t>(ReadBigEndian32(in_.data() + pos));
+      int32_t size = static_cast<int32_t>(LoadBigEndian32(in_.data() + pos));
       if (size < 0 || size > server_->limits_.max_request_bytes) {
         Log()->warn(
             "connection {} from {}: request size {} is outside 0..{} "
@@ -255,7 +251,7 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
           const size_t have = in_.size() - pos - 4;
           if (server_->placer_ && have >= 2) {
             big_placed_ =
-                server_->placer_(static_cast<int16_t>(ReadBigEndian16(in_.data() + pos + 4)),
+                server_->placer_(static_cast<int16_t>(LoadBigEndian16(in_.data() + pos + 4)),
                                  static_cast<size_t>(size));
             if (big_placed_ && big_placed_->size() != static_cast<size_t>(size)) {
               big_placed_.reset();
@@ -369,10 +365,7 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
       return false;
     }
     uint32_t prefix = static_cast<uint32_t>(size);
-    r.bytes[0] = static_cast<uint8_t>(prefix >> 24);
-    r.bytes[1] = static_cast<uint8_t>(prefix >> 16);
-    r.bytes[2] = static_cast<uint8_t>(prefix >> 8);
-    r.bytes[3] = static_cast<uint8_t>(prefix);
+    StoreBigEndian32(r.bytes.data(), prefix);
     Outgoing& o = out_.emplace_back();
     o.bytes = std::move(r.bytes);
     o.inserts = std::move(r.inserts);

@@ -1,4 +1,5 @@
 #include "common/protocol/wire.h"
+#include "common/util/big_endian.h"
 
 #include <unistd.h>
 
@@ -59,7 +60,7 @@ absl::Status Reader::ReadInt16(int16_t* out) {
 
 absl::Status Reader::ReadUint16(uint16_t* out) {
   if (auto s = Need(2, "int16"); !s.ok()) return s;
-  *out = static_cast<uint16_t>((data_[pos_] << 8) | data_[pos_ + 1]);
+  *out = LoadBigEndian16(&data_[pos_]);
   pos_ += 2;
   return absl::OkStatus();
 }
@@ -73,19 +74,15 @@ absl::Status Reader::ReadInt32(int32_t* out) {
 
 absl::Status Reader::ReadUint32(uint32_t* out) {
   if (auto s = Need(4, "int32"); !s.ok()) return s;
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v = (v << 8) | data_[pos_ + i];
+  *out = LoadBigEndian32(&data_[pos_]);
   pos_ += 4;
-  *out = v;
   return absl::OkStatus();
 }
 
 absl::Status Reader::ReadInt64(int64_t* out) {
   if (auto s = Need(8, "int64"); !s.ok()) return s;
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | data_[pos_ + i];
+  *out = static_cast<int64_t>(LoadBigEndian64(&data_[pos_]));
   pos_ += 8;
-  *out = static_cast<int64_t>(v);
   return absl::OkStatus();
 }
 

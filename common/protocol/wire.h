@@ -19,6 +19,7 @@
 
 #include "common/protocol/records.h"
 #include "common/protocol/uuid.h"
+#include "common/util/big_endian.h"
 
 namespace runnel::protocol {
 
@@ -188,7 +189,7 @@ class Writer {
  private:
   void PutBigEndian(uint64_t v, int n) {
     uint8_t buf[8];
-    for (int i = 0; i < n; ++i) buf[i] = static_cast<uint8_t>(v >> (8 * (n - 1 - i)));
+    StoreBigEndian(buf, v, static_cast<size_t>(n));
     out_->insert(out_->end(), buf, buf + n);
   }
   void WriteFileRecords(const std::vector<FileSlice>& files, bool compact);

@@ -25,6 +25,7 @@
 #include <memory>
 
 #include "common/record/batch.h"
+#include "common/util/big_endian.h"
 
 namespace runnel::record {
 namespace {
@@ -85,11 +86,11 @@ class BoundedOutput {
 };
 
 void PutBE32(std::vector<uint8_t>* out, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<uint8_t>(v >> shift));
+  uint8_t b[4];
+  StoreBigEndian32(b, v);
+  out->insert(out->end(), b, b + 4);
 }
-uint32_t GetBE32(const uint8_t* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
-}
+constexpr auto GetBE32 = LoadBigEndian32;
 
 // ---- gzip ----
 

@@ -1,4 +1,5 @@
 #include "common/util/frames.h"
+#include "common/util/big_endian.h"
 
 namespace runnel {
 namespace {
@@ -9,9 +10,9 @@ constexpr size_t kHeaderBytes = 4;
 
 void AppendFrame(std::string_view payload, std::string* out) {
   const auto n = static_cast<uint32_t>(payload.size());
-  const char header[kHeaderBytes] = {static_cast<char>(n >> 24), static_cast<char>(n >> 16),
-                                     static_cast<char>(n >> 8), static_cast<char>(n)};
-  out->append(header, kHeaderBytes);
+  uint8_t header[kHeaderBytes];
+  StoreBigEndian32(header, n);
+  out->append(reinterpret_cast<const char*>(header), kHeaderBytes);
   out->append(payload);
 }
 
@@ -28,8 +29,7 @@ void FrameReader::Feed(const void* data, size_t n) {
 FrameReader::Next FrameReader::Pop(std::string_view* payload) {
   if (buffered() < kHeaderBytes) return Next::kNeedMore;
   const auto* h = reinterpret_cast<const uint8_t*>(buf_.data() + pos_);
-  const uint32_t n =
-      (uint32_t{h[0]} << 24) | (uint32_t{h[1]} << 16) | (uint32_t{h[2]} << 8) | uint32_t{h[3]};
+  const uint32_t n = LoadBigEndian32(h);
   if (n > max_) return Next::kTooLarge;
   if (buffered() - kHeaderBytes < n) return Next::kNeedMore;
   *payload = std::string_view(buf_.data() + pos_ + kHeaderBytes, n);

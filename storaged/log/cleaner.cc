@@ -15,6 +15,7 @@
 
 #include "common/log/log.h"
 #include "storaged/log/file_names.h"
+#include "common/util/big_endian.h"
 
 namespace runnel::storaged {
 namespace {
@@ -30,10 +31,6 @@ std::shared_ptr<spdlog::logger> Logger() {
 // Reads are this large (or one batch, when larger), and cleaned output is written in appends
 // of about this size.
 constexpr size_t kIoChunk = 1 << 20;
-
-int32_t Be32(const uint8_t* p) {
-  return int32_t((uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3]);
-}
 
 int64_t SaturatingAdd(int64_t a, int64_t b) {
   if (b > 0 && a > std::numeric_limits<int64_t>::max() - b) {
@@ -109,7 +106,7 @@ class BatchReader {
       return Corrupt(fmt::format("{} stray bytes at the end", end_ - next_));
     }
     RUNNEL_RETURN_IF_ERROR(Ensure(int64_t(record::kBatchHeaderSize)));
-    int64_t size = int64_t(Be32(Here() + 8)) + int64_t(record::kLogOverhead);
+    int64_t size = int64_t(static_cast<int32_t>(LoadBigEndian32(Here() + 8))) + int64_t(record::kLogOverhead);
     if (size < int64_t(record::kBatchHeaderSize) || next_ + size > end_) {
       return Corrupt(fmt::format("bad batch length {}", size - int64_t(record::kLogOverhead)));
     }

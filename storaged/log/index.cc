@@ -1,4 +1,5 @@
 #include "storaged/log/index.h"
+#include "common/util/big_endian.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -23,32 +24,10 @@ std::string Errno(const char* what, const std::string& path) {
   return fmt::format("{} {}: {}", what, path, std::strerror(errno));
 }
 
-int32_t LoadInt32(const uint8_t* p) {
-  return static_cast<int32_t>(uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 |
-                              uint32_t{p[3]});
-}
-
-int64_t LoadInt64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = v << 8 | p[i];
-  return static_cast<int64_t>(v);
-}
-
-void StoreInt32(uint8_t* p, int32_t value) {
-  auto v = static_cast<uint32_t>(value);
-  for (int i = 3; i >= 0; --i) {
-    p[i] = static_cast<uint8_t>(v);
-    v >>= 8;
-  }
-}
-
-void StoreInt64(uint8_t* p, int64_t value) {
-  auto v = static_cast<uint64_t>(value);
-  for (int i = 7; i >= 0; --i) {
-    p[i] = static_cast<uint8_t>(v);
-    v >>= 8;
-  }
-}
+int32_t LoadInt32(const uint8_t* p) { return static_cast<int32_t>(LoadBigEndian32(p)); }
+int64_t LoadInt64(const uint8_t* p) { return static_cast<int64_t>(LoadBigEndian64(p)); }
+void StoreInt32(uint8_t* p, int32_t value) { StoreBigEndian(p, static_cast<uint32_t>(value), 4); }
+void StoreInt64(uint8_t* p, int64_t value) { StoreBigEndian(p, static_cast<uint64_t>(value), 8); }
 
 int64_t RoundDownToEntries(int64_t bytes, int entry_size) {
   return bytes <= 0 ? 0 : bytes / entry_size * entry_size;

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "storaged/log/file_names.h"
+#include "common/util/big_endian.h"
 
 namespace runnel::storaged {
 namespace {
@@ -25,14 +26,8 @@ constexpr size_t kFirstScanChunk = 1 << 10;
 constexpr size_t kScanChunk = 64 << 10;
 constexpr size_t kRecoverChunk = 1 << 20;
 
-int64_t Be64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
-  return int64_t(v);
-}
-int32_t Be32(const uint8_t* p) {
-  return int32_t((uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3]);
-}
+int64_t Be64(const uint8_t* p) { return static_cast<int64_t>(LoadBigEndian64(p)); }
+int32_t Be32(const uint8_t* p) { return static_cast<int32_t>(LoadBigEndian32(p)); }
 
 Status ErrnoStatus(std::string_view what, const std::string& path) {
   int e = errno;
