@@ -105,16 +105,16 @@ constexpr int64_t kSampleIntervalNs = 1 * kSec;
 constexpr const char* kProtocolType = "consumer";
 constexpr const char* kAssignor = "range";
 
-constexpr int16_t kNone = 0;
-constexpr int16_t kCoordinatorLoadInProgress = 14;
-constexpr int16_t kCoordinatorNotAvailable = 15;
-constexpr int16_t kNotCoordinator = 16;
-constexpr int16_t kIllegalGeneration = 22;
-constexpr int16_t kUnknownMemberId = 25;
-constexpr int16_t kRebalanceInProgress = 27;
-constexpr int16_t kUnsupportedVersion = 35;
-constexpr int16_t kTopicAlreadyExists = 36;
-constexpr int16_t kMemberIdRequired = 79;
+constexpr ErrorCode kNone = ErrorCode::kNone;
+constexpr ErrorCode kCoordinatorLoadInProgress = ErrorCode::kCoordinatorLoadInProgress;
+constexpr ErrorCode kCoordinatorNotAvailable = ErrorCode::kCoordinatorNotAvailable;
+constexpr ErrorCode kNotCoordinator = ErrorCode::kNotCoordinator;
+constexpr ErrorCode kIllegalGeneration = ErrorCode::kIllegalGeneration;
+constexpr ErrorCode kUnknownMemberId = ErrorCode::kUnknownMemberId;
+constexpr ErrorCode kRebalanceInProgress = ErrorCode::kRebalanceInProgress;
+constexpr ErrorCode kUnsupportedVersion = ErrorCode::kUnsupportedVersion;
+constexpr ErrorCode kTopicAlreadyExists = ErrorCode::kTopicAlreadyExists;
+constexpr ErrorCode kMemberIdRequired = ErrorCode::kMemberIdRequired;
 
 int64_t NowNs() {
   timespec ts;
@@ -129,8 +129,8 @@ double SelfCpuSeconds() {
          static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
-std::string ErrorText(int16_t code) {
-  return std::string(runnel::protocol::ErrorName(static_cast<ErrorCode>(code)));
+std::string ErrorText(ErrorCode code) {
+  return std::string(runnel::protocol::ErrorName(code));
 }
 
 std::string JsonEscape(const std::string& s) {
@@ -536,7 +536,7 @@ class Load {
   void Schedule(int64_t due, int32_t g, TimerKind kind) {
     timers_.push(Timer{due, g, kind, g >= 0 ? groups_[g].epoch : 0});
   }
-  void CountError(const std::string& api, int16_t code) {
+  void CountError(const std::string& api, ErrorCode code) {
     ++errors_[window_started_ ? 1 : 0][fmt::format("{}:{}", api, ErrorText(code))];
   }
   void CountProblem(const std::string& what) { ++errors_[window_started_ ? 1 : 0][what]; }
@@ -804,7 +804,7 @@ void Load::OnFindCoordinator(const Pending& p, std::span<const uint8_t> frame) {
   if (absl::Status s = DecodeResponse(frame, p.version, &resp); !s.ok()) {
     return Fail(fmt::format("FindCoordinator response: {}", s.ToString()));
   }
-  int16_t error = resp.error_code;
+  ErrorCode error = resp.error_code;
   std::string host = resp.host;
   int32_t port = resp.port;
   if (p.version >= 4) {
@@ -930,7 +930,7 @@ void Load::OnCommit(const Pending& p, std::span<const uint8_t> frame, int64_t no
   if (absl::Status s = DecodeResponse(frame, p.version, &resp); !s.ok()) {
     return Fail(fmt::format("OffsetCommit response: {}", s.ToString()));
   }
-  int16_t error = kNone;
+  ErrorCode error = kNone;
   size_t partitions = 0;
   for (const auto& t : resp.topics) {
     for (const auto& part : t.partitions) {

@@ -1271,11 +1271,11 @@ metadata::ConfigRecord MakeConfigRecord(int32_t type, const std::string& resourc
 
 }  // namespace
 
-std::optional<Controller::ConfigError> Controller::AlterResourceLocked(
+std::optional<protocol::KafkaError> Controller::AlterResourceLocked(
     const controller::AlterConfigsResource& resource, bool incremental,
     std::vector<metadata::ConfigRecord>* records) const {
   auto invalid_request = [](std::string message) {
-    return ConfigError{ErrorCode::kInvalidRequest, std::move(message)};
+    return protocol::KafkaError{ErrorCode::kInvalidRequest, std::move(message)};
   };
   const auto& configs = resource.configs();
   const int32_t type = resource.resource_type();
@@ -1311,7 +1311,7 @@ std::optional<Controller::ConfigError> Controller::AlterResourceLocked(
   if (is_topic) {
     if (name.empty()) return invalid_request("Default topic resources are not allowed.");
     if (std::string why = TopicNameError(name); !why.empty()) {
-      return ConfigError{ErrorCode::kInvalidTopicException, why};
+      return protocol::KafkaError{ErrorCode::kInvalidTopicException, why};
     }
     topic = image_.TopicByName(name);
     if (topic != nullptr) current = &topic->configs;
@@ -1343,7 +1343,7 @@ std::optional<Controller::ConfigError> Controller::AlterResourceLocked(
     const config::KeyDef* def =
         is_topic ? config::FindTopicKey(c.name()) : config::FindKey(c.name());
     if (def == nullptr || def->type != config::KeyType::kList) {
-      return ConfigError{ErrorCode::kInvalidConfig,
+      return protocol::KafkaError{ErrorCode::kInvalidConfig,
                          fmt::format("Can't {} to key {} because its type is not LIST.",
                                      append ? "APPEND" : "SUBTRACT", c.name())};
     }
@@ -1362,10 +1362,10 @@ std::optional<Controller::ConfigError> Controller::AlterResourceLocked(
   // The resulting set is checked whole, as Kafka's validators do.
   if (is_topic) {
     if (Status st = config::ValidateTopicConfigs(next); !st.ok()) {
-      return ConfigError{ErrorCode::kInvalidConfig, std::string(st.message())};
+      return protocol::KafkaError{ErrorCode::kInvalidConfig, std::string(st.message())};
     }
     if (topic == nullptr) {
-      return ConfigError{ErrorCode::kUnknownTopicOrPartition,
+      return protocol::KafkaError{ErrorCode::kUnknownTopicOrPartition,
                          fmt::format("The topic '{}' does not exist.", name)};
     }
   } else {
@@ -1386,7 +1386,7 @@ std::optional<Controller::ConfigError> Controller::AlterResourceLocked(
       }
     }
     if (!name.empty() && !image_.brokers().count(broker_id) && broker_id != options_.node_id) {
-      return ConfigError{ErrorCode::kBrokerIdNotRegistered,
+      return protocol::KafkaError{ErrorCode::kBrokerIdNotRegistered,
                          fmt::format("No node with id {} found.", broker_id)};
     }
   }
@@ -1429,7 +1429,7 @@ StatusOr<controller::AlterConfigsResponse> Controller::AlterConfigs(
       continue;
     }
     std::vector<metadata::ConfigRecord> records;
-    if (std::optional<ConfigError> error =
+    if (std::optional<protocol::KafkaError> error =
             AlterResourceLocked(res, request.incremental(), &records)) {
       r->set_error_code(static_cast<int32_t>(error->code));
       r->set_error_message(std::move(error->message));

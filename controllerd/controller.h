@@ -208,12 +208,8 @@ class Controller final : private Quorum::StateMachine {
                                  metadata::MetadataRecordBatch* batch) const;
 
   // One AlterConfigs resource: its ConfigRecords appended to `records`, or the Kafka error
-  // (code, message) that refuses the whole resource.
-  struct ConfigError {
-    protocol::ErrorCode code;
-    std::string message;
-  };
-  std::optional<ConfigError> AlterResourceLocked(
+  // that refuses the whole resource.
+  std::optional<protocol::KafkaError> AlterResourceLocked(
       const controller::AlterConfigsResource& resource, bool incremental,
       std::vector<metadata::ConfigRecord>* records) const;
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/log/log.h"
+#include "brokerd/error_mapping.h"
 #include "common/protocol/error_code.h"
 #include "common/protocol/uuid.h"
 
@@ -32,37 +33,17 @@ std::string JavaUuidString(const protocol::Uuid& uuid) {
   return hex;
 }
 
-JoinGroupResponse JoinError(std::string member_id, int16_t error) {
+JoinGroupResponse JoinError(std::string member_id, ErrorCode error) {
   JoinGroupResponse r;
   r.error_code = error;
   r.member_id = std::move(member_id);
   return r;
 }
 
-SyncGroupResponse SyncError(int16_t error) {
+SyncGroupResponse SyncError(ErrorCode error) {
   SyncGroupResponse r;
   r.error_code = error;
   return r;
-}
-
-// Kafka's appendGroupMetadataErrorToResponseError: what a client is told when the group's
-// record could not be written.
-int16_t AppendErrorToResponse(int16_t error) {
-  switch (static_cast<ErrorCode>(error)) {
-    case ErrorCode::kUnknownTopicOrPartition:
-    case ErrorCode::kNotEnoughReplicas:
-    case ErrorCode::kRequestTimedOut:
-      return ToWire(ErrorCode::kCoordinatorNotAvailable);
-    case ErrorCode::kNotLeaderOrFollower:
-    case ErrorCode::kKafkaStorageError:
-      return ToWire(ErrorCode::kNotCoordinator);
-    case ErrorCode::kMessageTooLarge:
-    case ErrorCode::kRecordListTooLarge:
-    case ErrorCode::kInvalidFetchSize:
-      return ToWire(ErrorCode::kUnknownServerError);
-    default:
-      return error;
-  }
 }
 
 std::optional<std::string> OrNull(const std::string& s) {
@@ -202,15 +183,15 @@ bool ClassicGroup::AcceptJoiningMember(const std::string& member_id) const {
   return false;
 }
 
-int16_t ClassicGroup::ValidateMember(const std::string& member_id,
+ErrorCode ClassicGroup::ValidateMember(const std::string& member_id,
                                      const std::optional<std::string>& group_instance_id) const {
   if (group_instance_id.has_value()) {
     auto it = static_members_.find(*group_instance_id);
-    if (it == static_members_.end()) return ToWire(ErrorCode::kUnknownMemberId);
-    if (it->second != member_id) return ToWire(ErrorCode::kFencedInstanceId);
+    if (it == static_members_.end()) return ErrorCode::kUnknownMemberId;
+    if (it->second != member_id) return ErrorCode::kFencedInstanceId;
   }
-  if (members_.count(member_id) == 0) return ToWire(ErrorCode::kUnknownMemberId);
-  return 0;
+  if (members_.count(member_id) == 0) return ErrorCode::kUnknownMemberId;
+  return ErrorCode::kNone;
 }
 
 std::string ClassicGroup::GenerateMemberId(const JoinParams& params) const {
@@ -349,13 +330,13 @@ void ClassicGroup::Load(const ClassicGroupValue& value) {
   }
 }
 
-void ClassicGroup::WriteGroup(ClassicGroupValue value, std::function<void(int16_t error)> done) {
+void ClassicGroup::WriteGroup(ClassicGroupValue value, std::function<void(ErrorCode error)> done) {
   std::weak_ptr<bool> alive = alive_;
   std::vector<LogRecord> records;
   records.push_back(ClassicGroupRecord(group_id_, value));
-  env_.Write(std::move(records), [alive, done = std::move(done)](int16_t error) {
+  env_.Write(std::move(records), [alive, done = std::move(done)](ErrorCode error) {
     if (alive.expired()) return;
-    done(error == 0 ? 0 : AppendErrorToResponse(error));
+    done(GroupMetadataWriteError(error));
   });
 }
 
@@ -364,9 +345,10 @@ void ClassicGroup::WriteGroup(ClassicGroupValue value, std::function<void(int16_
 // stale generation that would come back has no live members and times out.
 void ClassicGroup::PersistEmpty() {
   ++empty_writes_in_flight_;
-  WriteGroup(ToValue(), [this](int16_t error) {
-    if (error != 0) {
-      Log()->warn("group {}: writing the Empty state failed with error {}", group_id_, error);
+  WriteGroup(ToValue(), [this](ErrorCode error) {
+    if (error != ErrorCode::kNone) {
+      Log()->warn("group {}: writing the Empty state failed with error {}", group_id_,
+                  protocol::ErrorName(error));
     }
     if (--empty_writes_in_flight_ == 0) {
       auto waiters = std::move(after_empty_write_);
@@ -435,8 +417,8 @@ void ClassicGroup::RemoveMember(const std::string& member_id) {
   pending_sync_members_.erase(member_id);
   // A removed member's parked requests are answered so its connection's later responses are
   // not held back; the client rejoins as a new member.
-  if (join) join(JoinError("", ToWire(ErrorCode::kUnknownMemberId)));
-  if (sync) sync(SyncError(ToWire(ErrorCode::kUnknownMemberId)));
+  if (join) join(JoinError("", ErrorCode::kUnknownMemberId));
+  if (sync) sync(SyncError(ErrorCode::kUnknownMemberId));
 }
 
 void ClassicGroup::RemoveMemberAndUpdateGroup(const std::string& member_id) {
@@ -465,7 +447,7 @@ void ClassicGroup::MaybePrepareRebalanceOrCompleteJoin() {
 
 void ClassicGroup::PrepareRebalance() {
   if (state_ == State::kCompletingRebalance) {
-    ResetAndPropagateAssignmentWithError(ToWire(ErrorCode::kRebalanceInProgress));
+    ResetAndPropagateAssignmentWithError(ErrorCode::kRebalanceInProgress);
   }
   pending_sync_members_.clear();
   CancelSyncTimer();
@@ -593,18 +575,18 @@ void ClassicGroup::ExpirePendingSync(int32_t generation) {
   PrepareRebalance();
 }
 
-void ClassicGroup::ResetAndPropagateAssignmentWithError(int16_t error) {
+void ClassicGroup::ResetAndPropagateAssignmentWithError(ErrorCode error) {
   for (auto& [id, m] : members_) m.assignment.clear();
   PropagateAssignment(error);
 }
 
-void ClassicGroup::PropagateAssignment(int16_t error) {
+void ClassicGroup::PropagateAssignment(ErrorCode error) {
   std::vector<std::pair<SyncDone, SyncGroupResponse>> answers;
   for (auto& [id, m] : members_) {
     if (!m.awaiting_sync) continue;
     SyncGroupResponse r;
     r.error_code = error;
-    if (error == 0) {
+    if (error == ErrorCode::kNone) {
       r.protocol_type = OrNull(protocol_type_);
       r.protocol_name = protocol_;
     }
@@ -619,12 +601,12 @@ void ClassicGroup::PropagateAssignment(int16_t error) {
 
 void ClassicGroup::OnSyncWritten(int32_t generation,
                                  std::map<std::string, std::vector<uint8_t>> assignment,
-                                 int16_t error) {
+                                 ErrorCode error) {
   // The group may have moved on (a member joined or left) while the write was in flight.
   if (state_ != State::kCompletingRebalance || generation != generation_) return;
-  if (error != 0) {
+  if (error != ErrorCode::kNone) {
     Log()->warn("group {}: writing the assignment of generation {} failed with error {}", group_id_,
-                generation, error);
+                generation, protocol::ErrorName(error));
     ResetAndPropagateAssignmentWithError(error);
     MaybePrepareRebalanceOrCompleteJoin();
     return;
@@ -634,7 +616,7 @@ void ClassicGroup::OnSyncWritten(int32_t generation,
     m.assignment = it == assignment.end() ? std::vector<uint8_t>{} : std::move(it->second);
   }
   TransitionTo(State::kStable);
-  PropagateAssignment(0);
+  PropagateAssignment(ErrorCode::kNone);
 }
 
 // ---- JoinGroup -------------------------------------------------------------------------
@@ -643,11 +625,11 @@ void ClassicGroup::Join(JoinParams params, JoinDone done) {
   const GroupConfig& config = env_.config();
   if (params.session_timeout_ms < config.min_session_timeout_ms ||
       params.session_timeout_ms > config.max_session_timeout_ms) {
-    return done(JoinError(params.member_id, ToWire(ErrorCode::kInvalidSessionTimeout)));
+    return done(JoinError(params.member_id, ErrorCode::kInvalidSessionTimeout));
   }
   if (!AcceptJoiningMember(params.member_id)) {
     RemoveMember(params.member_id);
-    return done(JoinError("", ToWire(ErrorCode::kGroupMaxSizeReached)));
+    return done(JoinError("", ErrorCode::kGroupMaxSizeReached));
   }
   if (params.member_id.empty()) {
     JoinNewMember(std::move(params), std::move(done));
@@ -658,10 +640,10 @@ void ClassicGroup::Join(JoinParams params, JoinDone done) {
 
 void ClassicGroup::JoinNewMember(JoinParams params, JoinDone done) {
   if (state_ == State::kDead) {
-    return done(JoinError("", ToWire(ErrorCode::kCoordinatorNotAvailable)));
+    return done(JoinError("", ErrorCode::kCoordinatorNotAvailable));
   }
   if (!SupportsProtocols(params.protocol_type, params.protocols)) {
-    return done(JoinError("", ToWire(ErrorCode::kInconsistentGroupProtocol)));
+    return done(JoinError("", ErrorCode::kInconsistentGroupProtocol));
   }
   std::string new_id = GenerateMemberId(params);
   if (params.group_instance_id) {
@@ -684,7 +666,7 @@ void ClassicGroup::JoinNewMember(JoinParams params, JoinDone done) {
           if (alive.expired()) return;
           ExpireHeartbeat(new_id);
         });
-    return done(JoinError(new_id, ToWire(ErrorCode::kMemberIdRequired)));
+    return done(JoinError(new_id, ErrorCode::kMemberIdRequired));
   }
   AddMemberThenRebalance(new_id, std::move(params), std::move(done));
 }
@@ -692,15 +674,15 @@ void ClassicGroup::JoinNewMember(JoinParams params, JoinDone done) {
 void ClassicGroup::JoinExistingMember(JoinParams params, JoinDone done) {
   const std::string member_id = params.member_id;
   if (state_ == State::kDead) {
-    return done(JoinError(member_id, ToWire(ErrorCode::kCoordinatorNotAvailable)));
+    return done(JoinError(member_id, ErrorCode::kCoordinatorNotAvailable));
   }
   if (!SupportsProtocols(params.protocol_type, params.protocols)) {
-    return done(JoinError(member_id, ToWire(ErrorCode::kInconsistentGroupProtocol)));
+    return done(JoinError(member_id, ErrorCode::kInconsistentGroupProtocol));
   }
   if (pending_members_.count(member_id) > 0) {
     return AddMemberThenRebalance(member_id, std::move(params), std::move(done));
   }
-  if (int16_t error = ValidateMember(member_id, params.group_instance_id); error != 0) {
+  if (ErrorCode error = ValidateMember(member_id, params.group_instance_id); error != ErrorCode::kNone) {
     JoinGroupResponse r = JoinError(member_id, error);
     r.protocol_name.reset();
     return done(std::move(r));
@@ -726,7 +708,7 @@ void ClassicGroup::JoinExistingMember(JoinParams params, JoinDone done) {
     case State::kDead:
       break;
   }
-  done(JoinError(member_id, ToWire(ErrorCode::kUnknownMemberId)));
+  done(JoinError(member_id, ErrorCode::kUnknownMemberId));
 }
 
 void ClassicGroup::AddMemberThenRebalance(const std::string& member_id, JoinParams params,
@@ -772,7 +754,7 @@ void ClassicGroup::UpdateMember(Member& member, std::vector<Protocol> protocols,
   member.awaiting_join = std::move(done);
   // A JoinGroup already parked for this member (the client gave up on it and retried) is
   // answered, so the connection's later responses are not held behind it.
-  if (previous) previous(JoinError(member.member_id, ToWire(ErrorCode::kRebalanceInProgress)));
+  if (previous) previous(JoinError(member.member_id, ErrorCode::kRebalanceInProgress));
 }
 
 void ClassicGroup::UpdateMemberThenRebalance(Member& member, JoinParams params, JoinDone done) {
@@ -800,11 +782,11 @@ ClassicGroup::Member& ClassicGroup::ReplaceStaticMember(const std::string& insta
 
   // The old member id is fenced from now on, including its parked requests.
   if (join) {
-    JoinGroupResponse r = JoinError(old_id, ToWire(ErrorCode::kFencedInstanceId));
+    JoinGroupResponse r = JoinError(old_id, ErrorCode::kFencedInstanceId);
     r.protocol_name.reset();
     join(std::move(r));
   }
-  if (sync) sync(SyncError(ToWire(ErrorCode::kFencedInstanceId)));
+  if (sync) sync(SyncError(ErrorCode::kFencedInstanceId));
   return placed;
 }
 
@@ -832,13 +814,14 @@ void ClassicGroup::ReplaceStaticMemberThenRebalance(const std::string& old_id,
       const int16_t api_version = params.api_version;
       WriteGroup(ToValue(), [this, instance_id, old_id, new_id, previous_leader, api_version,
                              old_rebalance_timeout, old_session_timeout,
-                             old_protocols](int16_t error) mutable {
+                             old_protocols](ErrorCode error) mutable {
         auto it = members_.find(new_id);
         if (it == members_.end() || !it->second.awaiting_join) return;  // answered since
         Member& m = it->second;
-        if (error != 0) {
+        if (error != ErrorCode::kNone) {
           Log()->warn("group {}: writing static member {} as {} failed ({}); reverting to {}",
-                      group_id_, instance_id, new_id, error, old_id);
+                      group_id_, instance_id, new_id, protocol::ErrorName(error),
+                      old_id);
           JoinDone cb = std::move(m.awaiting_join);
           m.awaiting_join = nullptr;
           UpdateMember(m, std::move(old_protocols), old_rebalance_timeout, old_session_timeout,
@@ -888,13 +871,13 @@ void ClassicGroup::ReplaceStaticMemberThenRebalance(const std::string& old_id,
 // ---- SyncGroup -------------------------------------------------------------------------
 
 void ClassicGroup::Sync(SyncParams params, SyncDone done) {
-  if (state_ == State::kEmpty) return done(SyncError(ToWire(ErrorCode::kUnknownMemberId)));
-  if (state_ == State::kDead) return done(SyncError(ToWire(ErrorCode::kCoordinatorNotAvailable)));
-  if (int16_t error = ValidateMember(params.member_id, params.group_instance_id); error != 0) {
+  if (state_ == State::kEmpty) return done(SyncError(ErrorCode::kUnknownMemberId));
+  if (state_ == State::kDead) return done(SyncError(ErrorCode::kCoordinatorNotAvailable));
+  if (ErrorCode error = ValidateMember(params.member_id, params.group_instance_id); error != ErrorCode::kNone) {
     return done(SyncError(error));
   }
   if (params.generation_id != generation_) {
-    return done(SyncError(ToWire(ErrorCode::kIllegalGeneration)));
+    return done(SyncError(ErrorCode::kIllegalGeneration));
   }
   const auto inconsistent = [](const std::optional<std::string>& asked,
                                const std::optional<std::string>& actual) {
@@ -902,17 +885,17 @@ void ClassicGroup::Sync(SyncParams params, SyncDone done) {
   };
   if (inconsistent(params.protocol_type, OrNull(protocol_type_)) ||
       inconsistent(params.protocol_name, protocol_)) {
-    return done(SyncError(ToWire(ErrorCode::kInconsistentGroupProtocol)));
+    return done(SyncError(ErrorCode::kInconsistentGroupProtocol));
   }
 
   Member& member = members_.at(params.member_id);
   switch (state_) {
     case State::kPreparingRebalance:
-      return done(SyncError(ToWire(ErrorCode::kRebalanceInProgress)));
+      return done(SyncError(ErrorCode::kRebalanceInProgress));
     case State::kCompletingRebalance: {
       SyncDone previous = std::move(member.awaiting_sync);
       member.awaiting_sync = std::move(done);
-      if (previous) previous(SyncError(ToWire(ErrorCode::kRebalanceInProgress)));
+      if (previous) previous(SyncError(ErrorCode::kRebalanceInProgress));
       RemovePendingSyncMember(params.member_id);
       if (leader_ != params.member_id) return;  // parked until the leader's assignment lands
 
@@ -927,7 +910,7 @@ void ClassicGroup::Sync(SyncParams params, SyncDone done) {
       }
       const int32_t generation = generation_;
       WriteGroup(std::move(value),
-                 [this, generation, assignment = std::move(assignment)](int16_t error) mutable {
+                 [this, generation, assignment = std::move(assignment)](ErrorCode error) mutable {
                    OnSyncWritten(generation, std::move(assignment), error);
                  });
       return;
@@ -944,45 +927,45 @@ void ClassicGroup::Sync(SyncParams params, SyncDone done) {
     case State::kDead:
       break;
   }
-  done(SyncError(ToWire(ErrorCode::kUnknownMemberId)));
+  done(SyncError(ErrorCode::kUnknownMemberId));
 }
 
 // ---- Heartbeat / LeaveGroup ------------------------------------------------------------
 
-int16_t ClassicGroup::Heartbeat(const std::string& member_id,
+ErrorCode ClassicGroup::Heartbeat(const std::string& member_id,
                                 const std::optional<std::string>& group_instance_id,
                                 int32_t generation_id) {
-  if (state_ == State::kDead) return ToWire(ErrorCode::kCoordinatorNotAvailable);
-  if (int16_t error = ValidateMember(member_id, group_instance_id); error != 0) return error;
-  if (generation_id != generation_) return ToWire(ErrorCode::kIllegalGeneration);
+  if (state_ == State::kDead) return ErrorCode::kCoordinatorNotAvailable;
+  if (ErrorCode error = ValidateMember(member_id, group_instance_id); error != ErrorCode::kNone) return error;
+  if (generation_id != generation_) return ErrorCode::kIllegalGeneration;
   Member& member = members_.at(member_id);
   switch (state_) {
     case State::kEmpty:
     case State::kDead:
-      return ToWire(ErrorCode::kUnknownMemberId);
+      return ErrorCode::kUnknownMemberId;
     case State::kPreparingRebalance:
       RescheduleHeartbeat(member, member.session_timeout_ms);
-      return ToWire(ErrorCode::kRebalanceInProgress);
+      return ErrorCode::kRebalanceInProgress;
     case State::kCompletingRebalance:
     case State::kStable:
       RescheduleHeartbeat(member, member.session_timeout_ms);
-      return 0;
+      return ErrorCode::kNone;
   }
-  return 0;
+  return ErrorCode::kNone;
 }
 
 void ClassicGroup::Leave(std::vector<LeaveMember> members, LeaveDone done) {
-  if (state_ == State::kDead) return done(ToWire(ErrorCode::kCoordinatorNotAvailable), {});
+  if (state_ == State::kDead) return done(ErrorCode::kCoordinatorNotAvailable, {});
   std::vector<LeaveResult> results;
   bool any_left = false;
   for (LeaveMember& lm : members) {
-    LeaveResult r{lm.member_id, lm.group_instance_id, 0};
+    LeaveResult r{lm.member_id, lm.group_instance_id, ErrorCode::kNone};
     if (lm.member_id.empty()) {
       // Admin removal of a static member by instance id.
       auto it = lm.group_instance_id ? static_members_.find(*lm.group_instance_id)
                                      : static_members_.end();
       if (it == static_members_.end()) {
-        r.error = ToWire(ErrorCode::kUnknownMemberId);
+        r.error = ErrorCode::kUnknownMemberId;
       } else {
         std::string id = it->second;
         Log()->info("group {}: static member {} ({}) removed by LeaveGroup", group_id_,
@@ -991,13 +974,13 @@ void ClassicGroup::Leave(std::vector<LeaveMember> members, LeaveDone done) {
       }
     } else if (pending_members_.count(lm.member_id) > 0) {
       RemoveMember(lm.member_id);
-    } else if (int16_t error = ValidateMember(lm.member_id, lm.group_instance_id); error != 0) {
+    } else if (ErrorCode error = ValidateMember(lm.member_id, lm.group_instance_id); error != ErrorCode::kNone) {
       r.error = error;
     } else {
       Log()->info("group {}: member {} left", group_id_, lm.member_id);
       RemoveMember(lm.member_id);
     }
-    any_left = any_left || r.error == 0;
+    any_left = any_left || r.error == ErrorCode::kNone;
     results.push_back(std::move(r));
   }
   if (any_left) {
@@ -1009,43 +992,43 @@ void ClassicGroup::Leave(std::vector<LeaveMember> members, LeaveDone done) {
   }
   if (empty_writes_in_flight_ > 0) {
     after_empty_write_.push_back([done = std::move(done), results = std::move(results)]() mutable {
-      done(0, std::move(results));
+      done(ErrorCode::kNone, std::move(results));
     });
     return;
   }
-  done(0, std::move(results));
+  done(ErrorCode::kNone, std::move(results));
 }
 
 // ---- Offsets, describe, shutdown -------------------------------------------------------
 
-int16_t ClassicGroup::ValidateOffsetCommit(const std::string& member_id,
+ErrorCode ClassicGroup::ValidateOffsetCommit(const std::string& member_id,
                                            const std::optional<std::string>& group_instance_id,
                                            int32_t generation_id) {
-  if (state_ == State::kDead) return ToWire(ErrorCode::kCoordinatorNotAvailable);
+  if (state_ == State::kDead) return ErrorCode::kCoordinatorNotAvailable;
   // Generation -1: the admin client or a consumer not using group management.
-  if (generation_id < 0 && state_ == State::kEmpty) return 0;
+  if (generation_id < 0 && state_ == State::kEmpty) return ErrorCode::kNone;
   if (generation_id >= 0 || !member_id.empty() || group_instance_id) {
-    if (int16_t error = ValidateMember(member_id, group_instance_id); error != 0) return error;
-    if (generation_id != generation_) return ToWire(ErrorCode::kIllegalGeneration);
+    if (ErrorCode error = ValidateMember(member_id, group_instance_id); error != ErrorCode::kNone) return error;
+    if (generation_id != generation_) return ErrorCode::kIllegalGeneration;
   } else if (state_ != State::kEmpty) {
-    return ToWire(ErrorCode::kUnknownMemberId);
+    return ErrorCode::kUnknownMemberId;
   }
   // The member has the new generation but not its assignment yet: let it finish the sync.
-  if (state_ == State::kCompletingRebalance) return ToWire(ErrorCode::kRebalanceInProgress);
+  if (state_ == State::kCompletingRebalance) return ErrorCode::kRebalanceInProgress;
   if (auto it = members_.find(member_id); it != members_.end()) {
     RescheduleHeartbeat(it->second, it->second.session_timeout_ms);
   }
-  return 0;
+  return ErrorCode::kNone;
 }
 
-int16_t ClassicGroup::ValidateOffsetFetch(const std::string& /*member_id*/,
+ErrorCode ClassicGroup::ValidateOffsetFetch(const std::string& /*member_id*/,
                                           int32_t /*member_epoch*/) {
-  if (state_ == State::kDead) return ToWire(ErrorCode::kGroupIdNotFound);
-  return 0;
+  if (state_ == State::kDead) return ErrorCode::kGroupIdNotFound;
+  return ErrorCode::kNone;
 }
 
 void ClassicGroup::Describe(protocol::DescribeGroupsResponse::DescribedGroup* out) const {
-  out->error_code = 0;
+  out->error_code = ErrorCode::kNone;
   out->group_id = group_id_;
   out->group_state = std::string(StateName());
   out->protocol_type = protocol_type_;
@@ -1066,7 +1049,7 @@ void ClassicGroup::Describe(protocol::DescribeGroupsResponse::DescribedGroup* ou
   }
 }
 
-void ClassicGroup::Shutdown(int16_t error) {
+void ClassicGroup::Shutdown(ErrorCode error) {
   CancelJoinTimer();
   CancelSyncTimer();
   std::vector<std::function<void()>> answers;

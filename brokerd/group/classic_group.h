@@ -91,10 +91,10 @@ class ClassicGroup {
   struct LeaveResult {
     std::string member_id;
     std::optional<std::string> group_instance_id;
-    int16_t error = 0;
+    ErrorCode error = ErrorCode::kNone;
   };
   // `error` is the whole request's error (COORDINATOR_NOT_AVAILABLE for a Dead group).
-  using LeaveDone = std::function<void(int16_t error, std::vector<LeaveResult> members)>;
+  using LeaveDone = std::function<void(ErrorCode error, std::vector<LeaveResult> members)>;
 
   ClassicGroup(std::string group_id, GroupEnv& env);
   ~ClassicGroup();  // cancels its timers; does not answer pending requests (call Shutdown first)
@@ -126,7 +126,7 @@ class ClassicGroup {
   // SyncGroup. `done` runs once: now, or when the leader's assignment is written.
   void Sync(SyncParams params, SyncDone done);
   // Heartbeat: 0 or the Kafka error. Restarts the member's session timer when valid.
-  int16_t Heartbeat(const std::string& member_id,
+  ErrorCode Heartbeat(const std::string& member_id,
                     const std::optional<std::string>& group_instance_id, int32_t generation_id);
   // LeaveGroup (v0-v2 callers pass their one member). `done` runs once; when the leave made
   // the group Empty it runs after that state is written.
@@ -137,18 +137,18 @@ class ClassicGroup {
   // COORDINATOR_NOT_AVAILABLE for Dead). generation -1 with empty member id is the admin/
   // simple-consumer commit: allowed only when the group is Empty. A valid commit counts as a
   // heartbeat of the member.
-  int16_t ValidateOffsetCommit(const std::string& member_id,
+  ErrorCode ValidateOffsetCommit(const std::string& member_id,
                                const std::optional<std::string>& group_instance_id,
                                int32_t generation_id);
   // OffsetFetch v9 (member_id, member_epoch) check. Kafka's classic group accepts any member
   // id and epoch (only a Dead group fails, with GROUP_ID_NOT_FOUND).
-  int16_t ValidateOffsetFetch(const std::string& member_id, int32_t member_epoch);
+  ErrorCode ValidateOffsetFetch(const std::string& member_id, int32_t member_epoch);
   // DescribeGroups entry: members with the chosen protocol's metadata and their assignment
   // when Stable; without metadata otherwise (Kafka's describeNoMetadata).
   void Describe(protocol::DescribeGroupsResponse::DescribedGroup* out) const;
   // The group is being removed (DeleteGroups) or its shard unloaded: answer every pending
   // JoinGroup/SyncGroup with `error`, cancel timers, go Dead.
-  void Shutdown(int16_t error);
+  void Shutdown(ErrorCode error);
 
   // The record of the group as it is now with the members' current assignments (tests, and
   // what a Stable group writes).
@@ -182,7 +182,7 @@ class ClassicGroup {
   int32_t RebalanceTimeoutMs() const;
   int NumAwaitingJoin() const;
   bool AcceptJoiningMember(const std::string& member_id) const;
-  int16_t ValidateMember(const std::string& member_id,
+  ErrorCode ValidateMember(const std::string& member_id,
                          const std::optional<std::string>& group_instance_id) const;
   std::string GenerateMemberId(const JoinParams& params) const;
   std::vector<protocol::JoinGroupResponse::JoinGroupResponseMember> CurrentMembers() const;
@@ -206,10 +206,10 @@ class ClassicGroup {
   void CompleteJoin();
   void InitialDelayExpired(int32_t delay_ms, int32_t remaining_ms);
   void ExpirePendingSync(int32_t generation);
-  void ResetAndPropagateAssignmentWithError(int16_t error);
-  void PropagateAssignment(int16_t error);
+  void ResetAndPropagateAssignmentWithError(ErrorCode error);
+  void PropagateAssignment(ErrorCode error);
   void OnSyncWritten(int32_t generation, std::map<std::string, std::vector<uint8_t>> assignment,
-                     int16_t error);
+                     ErrorCode error);
 
   void RemoveMember(const std::string& member_id);
   void RemoveMemberAndUpdateGroup(const std::string& member_id);
@@ -221,7 +221,7 @@ class ClassicGroup {
 
   // Writes the group (members with `assignment`, or none) and runs `done` with the write's
   // error mapped as Kafka maps append errors, if the group still exists then.
-  void WriteGroup(ClassicGroupValue value, std::function<void(int16_t error)> done);
+  void WriteGroup(ClassicGroupValue value, std::function<void(ErrorCode error)> done);
   void PersistEmpty();
 
   void StartJoinTimer(int64_t delay_ms, std::function<void()> fn);

@@ -162,27 +162,27 @@ std::unique_ptr<re2::RE2> CompileRegex(const std::string& pattern) {
 
 // A static member's heartbeat or leave other than its join: its instance id must be held
 // (by `holder`), and by this member. Returns 0, or the error and its message.
-std::pair<int16_t, std::string> CheckStaticMember(const ConsumerGroup::Member* holder,
+std::pair<ErrorCode, std::string> CheckStaticMember(const ConsumerGroup::Member* holder,
                                                   const std::string& member_id,
                                                   const std::string& instance_id) {
   if (holder == nullptr) {
-    return {ToWire(ErrorCode::kUnknownMemberId),
+    return {ErrorCode::kUnknownMemberId,
             fmt::format("Instance id {} is unknown.", instance_id)};
   }
   if (holder->member_id != member_id) {
-    return {ToWire(ErrorCode::kFencedInstanceId),
+    return {ErrorCode::kFencedInstanceId,
             fmt::format("Static member {} with instance id {} was fenced by member {}.", member_id,
                         instance_id, holder->member_id)};
   }
-  return {0, ""};
+  return {ErrorCode::kNone, ""};
 }
 
 // The Commit callback of a heartbeat: answers `resp` once the change is written, or only the
 // write's error.
-std::function<void(int16_t)> AnswerOnceWritten(ConsumerGroup::HeartbeatDone done,
+std::function<void(ErrorCode)> AnswerOnceWritten(ConsumerGroup::HeartbeatDone done,
                                                protocol::ConsumerGroupHeartbeatResponse resp) {
-  return [done = std::move(done), resp = std::move(resp)](int16_t error) mutable {
-    if (error != 0) {
+  return [done = std::move(done), resp = std::move(resp)](ErrorCode error) mutable {
+    if (error != ErrorCode::kNone) {
       protocol::ConsumerGroupHeartbeatResponse failed;
       failed.error_code = error;
       done(std::move(failed));
@@ -347,12 +347,12 @@ void ConsumerGroup::OnLoaded() {
 
 // ---- Heartbeat ---------------------------------------------------------------------------
 
-int16_t ConsumerGroup::ValidateHeartbeat(const protocol::ConsumerGroupHeartbeatRequest& req,
+ErrorCode ConsumerGroup::ValidateHeartbeat(const protocol::ConsumerGroupHeartbeatRequest& req,
                                          int16_t api_version, const GroupConfig& config,
                                          std::string* message) {
   auto invalid = [&](std::string m) {
     *message = std::move(m);
-    return ToWire(ErrorCode::kInvalidRequest);
+    return ErrorCode::kInvalidRequest;
   };
   if ((api_version >= kClientMemberIdVersion || req.member_epoch > 0 ||
        req.member_epoch == kLeaveEpoch) &&
@@ -395,13 +395,13 @@ int16_t ConsumerGroup::ValidateHeartbeat(const protocol::ConsumerGroupHeartbeatR
       }
       *message = fmt::format("ServerAssignor {} is not supported. Supported assignors: {}.",
                              *req.server_assignor, supported);
-      return ToWire(ErrorCode::kUnsupportedAssignor);
+      return ErrorCode::kUnsupportedAssignor;
     }
   }
-  return 0;
+  return ErrorCode::kNone;
 }
 
-int16_t ConsumerGroup::FailHeartbeat(const HeartbeatDone& done, int16_t error,
+ErrorCode ConsumerGroup::FailHeartbeat(const HeartbeatDone& done, ErrorCode error,
                                      std::string message) {
   protocol::ConsumerGroupHeartbeatResponse resp;
   resp.error_code = error;
@@ -414,7 +414,7 @@ void ConsumerGroup::Heartbeat(const protocol::ConsumerGroupHeartbeatRequest& req
                               const std::string& client_id, const std::string& client_host,
                               HeartbeatDone done, std::vector<LogRecord> prefix) {
   if (dead_) {
-    FailHeartbeat(done, ToWire(ErrorCode::kCoordinatorNotAvailable), "The group is unloading.");
+    FailHeartbeat(done, ErrorCode::kCoordinatorNotAvailable, "The group is unloading.");
     return;
   }
   if (req.member_epoch == kLeaveEpoch || req.member_epoch == kStaticLeaveEpoch) {
@@ -428,7 +428,7 @@ void ConsumerGroup::Heartbeat(const protocol::ConsumerGroupHeartbeatRequest& req
   // 1. Checks: nothing changes before all pass.
   if (members_.size() >= static_cast<size_t>(std::max(config.consumer_max_size, 0)) &&
       (member_id.empty() || !members_.contains(member_id))) {
-    FailHeartbeat(done, ToWire(ErrorCode::kGroupMaxSizeReached),
+    FailHeartbeat(done, ErrorCode::kGroupMaxSizeReached,
                   fmt::format("The consumer group has reached its maximum capacity of {} members.",
                               config.consumer_max_size));
     return;
@@ -444,7 +444,7 @@ void ConsumerGroup::Heartbeat(const protocol::ConsumerGroupHeartbeatRequest& req
       check_epoch = false;
       if (holder != nullptr) {
         if (holder->member_epoch != kStaticLeaveEpoch) {
-          FailHeartbeat(done, ToWire(ErrorCode::kUnreleasedInstanceId),
+          FailHeartbeat(done, ErrorCode::kUnreleasedInstanceId,
                         fmt::format("Static member {} with instance id {} cannot join the group "
                                     "because the instance id is owned by {} member.",
                                     member_id, *req.instance_id, holder->member_id));
@@ -455,14 +455,14 @@ void ConsumerGroup::Heartbeat(const protocol::ConsumerGroupHeartbeatRequest& req
       }
     } else {
       auto [error, message] = CheckStaticMember(holder, member_id, *req.instance_id);
-      if (error != 0) {
+      if (error != ErrorCode::kNone) {
         FailHeartbeat(done, error, std::move(message));
         return;
       }
       existing = holder;
     }
   } else if (existing == nullptr && !joining) {
-    FailHeartbeat(done, ToWire(ErrorCode::kUnknownMemberId),
+    FailHeartbeat(done, ErrorCode::kUnknownMemberId,
                   fmt::format("Member {} is not a member of group {}.", member_id, group_id_));
     return;
   }
@@ -488,7 +488,7 @@ void ConsumerGroup::Heartbeat(const protocol::ConsumerGroupHeartbeatRequest& req
                !IsSubset(req.topic_partitions, old.assigned);
     }
     if (fenced) {
-      FailHeartbeat(done, ToWire(ErrorCode::kFencedMemberEpoch),
+      FailHeartbeat(done, ErrorCode::kFencedMemberEpoch,
                     fmt::format("The consumer group member has a {} member epoch ({}) than the "
                                 "one known by the group coordinator ({}). The member must "
                                 "abandon all its partitions and rejoin.",
@@ -499,7 +499,7 @@ void ConsumerGroup::Heartbeat(const protocol::ConsumerGroupHeartbeatRequest& req
   }
   if (old.state == MemberState::kUnknown &&
       (!req.topic_partitions || !req.topic_partitions->empty())) {
-    FailHeartbeat(done, ToWire(ErrorCode::kFencedMemberEpoch),
+    FailHeartbeat(done, ErrorCode::kFencedMemberEpoch,
                   "The consumer group member is in a unknown state. The member must abandon all "
                   "its partitions and rejoin.");
     return;
@@ -611,7 +611,7 @@ void ConsumerGroup::Leave(const protocol::ConsumerGroupHeartbeatRequest& req, He
   int32_t epoch = kLeaveEpoch;
   if (!req.instance_id) {
     if (FindMember(member_id) == nullptr) {
-      FailHeartbeat(done, ToWire(ErrorCode::kUnknownMemberId),
+      FailHeartbeat(done, ErrorCode::kUnknownMemberId,
                     fmt::format("Member {} is not a member of group {}.", member_id, group_id_));
       return;
     }
@@ -620,7 +620,7 @@ void ConsumerGroup::Leave(const protocol::ConsumerGroupHeartbeatRequest& req, He
   } else {
     const Member* holder = FindStaticMember(*req.instance_id);
     auto [error, message] = CheckStaticMember(holder, member_id, *req.instance_id);
-    if (error != 0) {
+    if (error != ErrorCode::kNone) {
       FailHeartbeat(done, error, std::move(message));
       return;
     }
@@ -815,9 +815,9 @@ void ConsumerGroup::Reconcile(Change& change, const std::string& member_id,
   }
 }
 
-void ConsumerGroup::Commit(Change& change, std::function<void(int16_t)> done) {
+void ConsumerGroup::Commit(Change& change, std::function<void(ErrorCode)> done) {
   if (change.records.empty()) {
-    done(0);
+    done(ErrorCode::kNone);
     return;
   }
   env_.Write(std::move(change.records), std::move(done));
@@ -825,8 +825,8 @@ void ConsumerGroup::Commit(Change& change, std::function<void(int16_t)> done) {
 
 void ConsumerGroup::WriteBackground(Change& change, std::string why) {
   if (change.records.empty()) return;
-  env_.Write(std::move(change.records), [group = group_id_, why = std::move(why)](int16_t error) {
-    if (error != 0) {
+  env_.Write(std::move(change.records), [group = group_id_, why = std::move(why)](ErrorCode error) {
+    if (error != ErrorCode::kNone) {
       Log()->warn("[GroupId {}] writing the records of {} failed: {}", group, why,
                   protocol::ErrorName(static_cast<ErrorCode>(error)));
     }
@@ -926,32 +926,32 @@ void ConsumerGroup::Describe(protocol::ConsumerGroupDescribeResponse::DescribedG
   }
 }
 
-int16_t ConsumerGroup::ValidateOffsetCommit(const std::string& member_id, int32_t member_epoch) {
+ErrorCode ConsumerGroup::ValidateOffsetCommit(const std::string& member_id, int32_t member_epoch) {
   // A negative epoch is the admin client or a consumer with assign(): fine while no member
   // holds the partitions.
-  if (member_epoch < 0 && members_.empty()) return 0;
+  if (member_epoch < 0 && members_.empty()) return ErrorCode::kNone;
   const Member* m = FindMember(member_id);
-  if (m == nullptr) return ToWire(ErrorCode::kUnknownMemberId);
-  if (member_epoch != m->member_epoch) return ToWire(ErrorCode::kStaleMemberEpoch);
-  return 0;
+  if (m == nullptr) return ErrorCode::kUnknownMemberId;
+  if (member_epoch != m->member_epoch) return ErrorCode::kStaleMemberEpoch;
+  return ErrorCode::kNone;
 }
 
-int16_t ConsumerGroup::ValidateOffsetCommit(const std::string& member_id, int32_t member_epoch,
+ErrorCode ConsumerGroup::ValidateOffsetCommit(const std::string& member_id, int32_t member_epoch,
                                             int16_t api_version, bool transactional) {
-  if (member_epoch < 0 && members_.empty()) return 0;
+  if (member_epoch < 0 && members_.empty()) return ErrorCode::kNone;
   const Member* m = FindMember(member_id);
-  if (m == nullptr) return ToWire(ErrorCode::kUnknownMemberId);
-  if (!transactional && api_version < 9) return ToWire(ErrorCode::kUnsupportedVersion);
-  if (member_epoch != m->member_epoch) return ToWire(ErrorCode::kStaleMemberEpoch);
-  return 0;
+  if (m == nullptr) return ErrorCode::kUnknownMemberId;
+  if (!transactional && api_version < 9) return ErrorCode::kUnsupportedVersion;
+  if (member_epoch != m->member_epoch) return ErrorCode::kStaleMemberEpoch;
+  return ErrorCode::kNone;
 }
 
-int16_t ConsumerGroup::ValidateOffsetFetch(const std::string& member_id, int32_t member_epoch) {
-  if (member_id.empty() && member_epoch < 0) return 0;
+ErrorCode ConsumerGroup::ValidateOffsetFetch(const std::string& member_id, int32_t member_epoch) {
+  if (member_id.empty() && member_epoch < 0) return ErrorCode::kNone;
   const Member* m = FindMember(member_id);
-  if (m == nullptr) return ToWire(ErrorCode::kUnknownMemberId);
-  if (member_epoch != m->member_epoch) return ToWire(ErrorCode::kStaleMemberEpoch);
-  return 0;
+  if (m == nullptr) return ErrorCode::kUnknownMemberId;
+  if (member_epoch != m->member_epoch) return ErrorCode::kStaleMemberEpoch;
+  return ErrorCode::kNone;
 }
 
 std::vector<LogRecord> ConsumerGroup::TombstoneRecords() const {
@@ -971,7 +971,7 @@ std::vector<LogRecord> ConsumerGroup::TombstoneRecords() const {
   return out;
 }
 
-void ConsumerGroup::Shutdown(int16_t error) {
+void ConsumerGroup::Shutdown(ErrorCode error) {
   (void)error;  // no request waits inside the group; the shard answers pending writes
   for (const auto& [id, t] : session_timers_) env_.CancelTimer(t);
   for (const auto& [id, t] : rebalance_timers_) env_.CancelTimer(t);

@@ -122,7 +122,7 @@ class ConsumerGroup {
   // ---- ConsumerGroupHeartbeat -----------------------------------------------------------
   // Checks done before the request reaches a group (Kafka's request validation): 0, or
   // INVALID_REQUEST / UNSUPPORTED_ASSIGNOR with `message` set.
-  static int16_t ValidateHeartbeat(const protocol::ConsumerGroupHeartbeatRequest& req,
+  static ErrorCode ValidateHeartbeat(const protocol::ConsumerGroupHeartbeatRequest& req,
                                    int16_t api_version, const GroupConfig& config,
                                    std::string* message);
   using HeartbeatDone = std::function<void(protocol::ConsumerGroupHeartbeatResponse)>;
@@ -141,20 +141,20 @@ class ConsumerGroup {
   // OffsetCommit v9+/OffsetFetch v9 (member id + member epoch) checks: 0, UNKNOWN_MEMBER_ID,
   // STALE_MEMBER_EPOCH. A commit with a negative epoch to a group with no members is an
   // admin commit and is allowed.
-  int16_t ValidateOffsetCommit(const std::string& member_id, int32_t member_epoch);
+  ErrorCode ValidateOffsetCommit(const std::string& member_id, int32_t member_epoch);
   // The same, knowing the OffsetCommit version: members of this group must use v9+
   // (UNSUPPORTED_VERSION otherwise, as Kafka), except for transactional commits.
-  int16_t ValidateOffsetCommit(const std::string& member_id, int32_t member_epoch,
+  ErrorCode ValidateOffsetCommit(const std::string& member_id, int32_t member_epoch,
                                int16_t api_version, bool transactional);
   // Empty member id with a negative epoch: the admin client, always allowed.
-  int16_t ValidateOffsetFetch(const std::string& member_id, int32_t member_epoch);
+  ErrorCode ValidateOffsetFetch(const std::string& member_id, int32_t member_epoch);
 
   // ---- Deletion and shutdown ------------------------------------------------------------
   // The tombstones that delete the group (DeleteGroups of an empty group), in Kafka's order.
   std::vector<LogRecord> TombstoneRecords() const;
   // The shard unloads or the group is deleted: cancel timers, go Dead. Heartbeats waiting on
   // a write get that write's error from the shard; nothing here holds a request.
-  void Shutdown(int16_t error);
+  void Shutdown(ErrorCode error);
 
  private:
   struct Change;  // records being built by one operation
@@ -163,7 +163,7 @@ class ConsumerGroup {
   void Apply(Change& change, ParsedRecord record);
   Member* FindMember(const std::string& member_id);
   Member* FindStaticMember(const std::string& instance_id);
-  int16_t FailHeartbeat(const HeartbeatDone& done, int16_t error, std::string message);
+  ErrorCode FailHeartbeat(const HeartbeatDone& done, ErrorCode error, std::string message);
   void Leave(const protocol::ConsumerGroupHeartbeatRequest& req, HeartbeatDone done,
              std::vector<LogRecord> prefix);
   // Adds to `change` the records that remove `member_id` and bump the group epoch.
@@ -181,7 +181,7 @@ class ConsumerGroup {
           owned);
   bool OwnedByOther(const std::string& member_id, const protocol::Uuid& topic,
                     int32_t partition) const;
-  void Commit(Change& change, std::function<void(int16_t)> done);
+  void Commit(Change& change, std::function<void(ErrorCode)> done);
 
   void ScheduleSessionTimeout(const std::string& member_id);
   void ScheduleRebalanceTimeout(const std::string& member_id, int32_t member_epoch,

@@ -9,8 +9,10 @@
 #include "brokerd/handlers/handler.h"
 #include "brokerd/handlers/wait.h"
 #include "common/log/log.h"
+#include "brokerd/error_mapping.h"
 #include "common/protocol/error_code.h"
 #include "common/record/batch.h"
+#include "common/util/big_endian.h"
 
 namespace runnel::brokerd::group {
 namespace {
@@ -71,23 +73,6 @@ std::optional<uint32_t> DecodeUtf8(std::string_view s, size_t* i) {
   return cp;
 }
 
-// Kafka's rule for a failed coordinator write, as the client sees it (CoordinatorRuntime /
-// GroupMetadataManager): the partition moved -> NOT_COORDINATOR; anything else, the timeout
-// included -> COORDINATOR_NOT_AVAILABLE, which every client retries (older ones do not
-// expect REQUEST_TIMED_OUT there).
-int16_t MapAppendError(int16_t error) {
-  switch (static_cast<ErrorCode>(error)) {
-    case ErrorCode::kNone:
-      return 0;
-    case ErrorCode::kNotLeaderOrFollower:
-    case ErrorCode::kUnknownTopicOrPartition:
-    case ErrorCode::kFencedLeaderEpoch:
-      return ToWire(ErrorCode::kNotCoordinator);
-    default:
-      return ToWire(ErrorCode::kCoordinatorNotAvailable);
-  }
-}
-
 record::Compression CompressionFor(int32_t codec) {
   switch (codec) {
     case 1:
@@ -116,19 +101,17 @@ std::optional<std::vector<std::string>> SubscriptionTopics(const std::vector<uin
   size_t pos = 0;
   auto need = [&](size_t n) { return pos + n <= b.size(); };
   if (!need(2)) return std::nullopt;
-  const int16_t version = static_cast<int16_t>((b[0] << 8) | b[1]);
+  const auto version = static_cast<int16_t>(LoadBigEndian16(b.data()));
   if (version < 0) return std::nullopt;
   pos = 2;
   if (!need(4)) return std::nullopt;
-  const int32_t count =
-      static_cast<int32_t>((uint32_t(b[pos]) << 24) | (uint32_t(b[pos + 1]) << 16) |
-                           (uint32_t(b[pos + 2]) << 8) | b[pos + 3]);
+  const auto count = static_cast<int32_t>(LoadBigEndian32(&b[pos]));
   pos += 4;
   if (count < 0 || static_cast<size_t>(count) > (b.size() - pos) / 2) return std::nullopt;
   std::vector<std::string> topics;
   for (int32_t i = 0; i < count; ++i) {
     if (!need(2)) return std::nullopt;
-    const int16_t len = static_cast<int16_t>((b[pos] << 8) | b[pos + 1]);
+    const auto len = static_cast<int16_t>(LoadBigEndian16(&b[pos]));
     pos += 2;
     if (len < 0 || !need(static_cast<size_t>(len))) return std::nullopt;
     topics.emplace_back(reinterpret_cast<const char*>(b.data() + pos), static_cast<size_t>(len));
@@ -269,11 +252,11 @@ void Shard::CancelTimer(TimerId id) {
            [](uv_handle_t* h) { delete static_cast<Timer*>(h->data); });
 }
 
-void Shard::Write(std::vector<LogRecord> records, std::function<void(int16_t error)> done) {
+void Shard::Write(std::vector<LogRecord> records, std::function<void(ErrorCode error)> done) {
   const uint64_t id = next_write_++;
   pending_writes_.emplace(id, std::move(done));
-  if (state_ != State::kActive) return PostWriteResult(id, ToWire(ErrorCode::kNotCoordinator));
-  if (records.empty()) return PostWriteResult(id, 0);
+  if (state_ != State::kActive) return PostWriteResult(id, ErrorCode::kNotCoordinator);
+  if (records.empty()) return PostWriteResult(id, ErrorCode::kNone);
 
   record::BatchBuilder::Options options;
   options.compression = CompressionFor(config_.offsets_compression_codec);
@@ -289,7 +272,7 @@ void Shard::Write(std::vector<LogRecord> records, std::function<void(int16_t err
   if (!batch.ok()) {
     Log()->error("__consumer_offsets-{}: cannot build a batch: {}", partition_,
                  batch.status().ToString());
-    return PostWriteResult(id, ToWire(ErrorCode::kCoordinatorNotAvailable));
+    return PostWriteResult(id, ErrorCode::kCoordinatorNotAvailable);
   }
   storage::AppendPartition append;
   append.set_topic(std::string(kOffsetsTopic));
@@ -301,15 +284,15 @@ void Shard::Write(std::vector<LogRecord> records, std::function<void(int16_t err
       std::move(append), std::chrono::milliseconds(config_.offsets_commit_timeout_ms),
       [this, alive, id](const grpc::Status& status, const storage::AppendPartitionResult& r) {
         if (alive.expired()) return;
-        int16_t error = 0;
+        ErrorCode error = ErrorCode::kNone;
         if (!status.ok()) {
-          error = MapAppendError(ToWire(StorageCallError(status)));
+          error = CoordinatorWriteError(StorageCallError(status));
         } else {
           // A consumer of __consumer_offsets (a lag monitor) sees the commit at once.
           broker_.partitions.AppendAnswered(r);
-          error = MapAppendError(static_cast<int16_t>(r.error_code()));
+          error = CoordinatorWriteError(protocol::ErrorFromWire(r.error_code()));
         }
-        if (error != 0) {
+        if (error != ErrorCode::kNone) {
           Log()->warn("__consumer_offsets-{}: write failed: {} {}", partition_,
                       status.ok() ? std::to_string(r.error_code()) : status.error_message(),
                       r.error_message());
@@ -318,17 +301,17 @@ void Shard::Write(std::vector<LogRecord> records, std::function<void(int16_t err
       });
 }
 
-void Shard::PostWriteResult(uint64_t id, int16_t error) {
+void Shard::PostWriteResult(uint64_t id, ErrorCode error) {
   std::weak_ptr<bool> alive = alive_;
   broker_.loop.Post([this, alive, id, error] {
     if (!alive.expired()) CompleteWrite(id, error);
   });
 }
 
-void Shard::CompleteWrite(uint64_t id, int16_t error) {
+void Shard::CompleteWrite(uint64_t id, ErrorCode error) {
   auto it = pending_writes_.find(id);
   if (it == pending_writes_.end()) return;  // answered at unload
-  std::function<void(int16_t)> done = std::move(it->second);
+  std::function<void(ErrorCode)> done = std::move(it->second);
   pending_writes_.erase(it);
   if (done) done(error);
 }
@@ -339,7 +322,7 @@ void Shard::FailPendingWrites() {
     auto writes = std::move(pending_writes_);
     pending_writes_.clear();
     for (auto& [id, done] : writes) {
-      if (done) done(ToWire(ErrorCode::kNotCoordinator));
+      if (done) done(ErrorCode::kNotCoordinator);
     }
   }
   pending_writes_.clear();
@@ -350,8 +333,8 @@ void Shard::Unload() {
   state_ = State::kUnloaded;
   FailPendingWrites();
   for (auto& [id, slot] : groups_) {
-    if (slot.classic) slot.classic->Shutdown(ToWire(ErrorCode::kNotCoordinator));
-    if (slot.consumer) slot.consumer->Shutdown(ToWire(ErrorCode::kNotCoordinator));
+    if (slot.classic) slot.classic->Shutdown(ErrorCode::kNotCoordinator);
+    if (slot.consumer) slot.consumer->Shutdown(ErrorCode::kNotCoordinator);
   }
   FailPendingWrites();
   groups_.clear();  // the groups' destructors cancel their timers
@@ -375,8 +358,8 @@ void Shard::Remove(const std::string& group_id) {
   // group up again.
   GroupSlot slot = std::move(it->second);
   groups_.erase(it);
-  if (slot.classic) slot.classic->Shutdown(ToWire(ErrorCode::kCoordinatorNotAvailable));
-  if (slot.consumer) slot.consumer->Shutdown(ToWire(ErrorCode::kCoordinatorNotAvailable));
+  if (slot.classic) slot.classic->Shutdown(ErrorCode::kCoordinatorNotAvailable);
+  if (slot.consumer) slot.consumer->Shutdown(ErrorCode::kCoordinatorNotAvailable);
 }
 
 // ---- Loading -------------------------------------------------------------------------------
@@ -418,7 +401,7 @@ void Shard::OnRead(const grpc::Status& status, storage::ReadResponse& resp, int6
     return RetryRead(offset);
   }
   storage::ReadPartitionResult& r = *resp.mutable_partitions(0);
-  if (r.error_code() == ToWire(ErrorCode::kOffsetOutOfRange) &&
+  if (protocol::ErrorFromWire(r.error_code()) == ErrorCode::kOffsetOutOfRange &&
       ++load_restarts_ <= kMaxLoadRestarts) {
     // Below the log start (retention, DeleteRecords) or the start moved during the load.
     return ReadNext(std::max<int64_t>(r.log_start_offset(), 0));
@@ -559,7 +542,7 @@ void Shard::FinishLoad() {
 // ---- Offsets -------------------------------------------------------------------------------
 
 void Shard::CommitOffsets(const std::string& group_id, std::vector<Commit> commits,
-                          std::function<void(int16_t error)> done) {
+                          std::function<void(ErrorCode error)> done) {
   std::vector<LogRecord> records;
   records.reserve(commits.size());
   GroupSlot& slot = FindOrCreate(group_id);
@@ -569,7 +552,7 @@ void Shard::CommitOffsets(const std::string& group_id, std::vector<Commit> commi
   }
   ++slot.pending_commits;
   auto shared = std::make_shared<std::vector<Commit>>(std::move(commits));
-  Write(std::move(records), [this, group_id, shared, done = std::move(done)](int16_t error) {
+  Write(std::move(records), [this, group_id, shared, done = std::move(done)](ErrorCode error) {
     if (GroupSlot* slot = Find(group_id)) {
       --slot->pending_commits;
       for (const Commit& c : *shared) {
@@ -577,7 +560,7 @@ void Shard::CommitOffsets(const std::string& group_id, std::vector<Commit> commi
         if (it != slot->pending_partitions.end() && --it->second <= 0) {
           slot->pending_partitions.erase(it);
         }
-        if (error != 0 || state_ != State::kActive) continue;
+        if (error != ErrorCode::kNone || state_ != State::kActive) continue;
         CommittedOffset& o = slot->offsets[{c.topic, c.partition}];
         o.offset = c.value.offset;
         o.leader_epoch = c.value.leader_epoch;
@@ -593,7 +576,7 @@ void Shard::CommitOffsets(const std::string& group_id, std::vector<Commit> commi
 
 void Shard::DeleteOffsets(const std::string& group_id,
                           const std::vector<TopicPartition>& partitions,
-                          std::function<void(int16_t error)> done) {
+                          std::function<void(ErrorCode error)> done) {
   std::vector<LogRecord> records;
   std::vector<TopicPartition> deleted;
   if (GroupSlot* slot = Find(group_id)) {
@@ -604,8 +587,8 @@ void Shard::DeleteOffsets(const std::string& group_id,
       deleted.push_back(tp);
     }
   }
-  Write(std::move(records), [this, group_id, deleted, done = std::move(done)](int16_t error) {
-    if (error == 0) {
+  Write(std::move(records), [this, group_id, deleted, done = std::move(done)](ErrorCode error) {
+    if (error == ErrorCode::kNone) {
       if (GroupSlot* slot = Find(group_id)) {
         for (const TopicPartition& tp : deleted) slot->offsets.erase(tp);
         if (slot->Unused()) groups_.erase(group_id);
@@ -625,7 +608,7 @@ std::vector<LogRecord> Shard::GroupTombstones(const std::string& group_id, const
   return records;
 }
 
-void Shard::DeleteGroup(const std::string& group_id, std::function<void(int16_t error)> done) {
+void Shard::DeleteGroup(const std::string& group_id, std::function<void(ErrorCode error)> done) {
   GroupSlot* slot = Find(group_id);
   std::vector<LogRecord> records;
   if (slot != nullptr) {
@@ -761,9 +744,10 @@ void Shard::ExpireOffsets(std::function<void()> done) {
   size_t count = 0;
   for (const Expired& e : expired) count += e.partitions.size();
   Write(std::move(records), [this, expired = std::move(expired), count,
-                             done = std::move(done)](int16_t error) {
-    if (error != 0) {
-      Log()->warn("__consumer_offsets-{}: expiry write failed with error {}", partition_, error);
+                             done = std::move(done)](ErrorCode error) {
+    if (error != ErrorCode::kNone) {
+      Log()->warn("__consumer_offsets-{}: expiry write failed with error {}", partition_,
+                  protocol::ErrorName(error));
     } else if (state_ == State::kActive) {
       for (const Expired& e : expired) {
         GroupSlot* slot = Find(e.group);
@@ -801,11 +785,11 @@ Coordinator::Route Coordinator::RouteGroup(std::string_view group_id) {
   // Kafka refuses an empty id. Records hold the id as an int16-length string: a longer one
   // (possible in flexible request versions) could not be written back as it came.
   if (group_id.empty() || group_id.size() > static_cast<size_t>(INT16_MAX)) {
-    return {ToWire(ErrorCode::kInvalidGroupId), nullptr};
+    return {ErrorCode::kInvalidGroupId, nullptr};
   }
   const brokerd::TopicInfo* topic = broker_.metadata.FindTopic(std::string(kOffsetsTopic));
   if (topic == nullptr || topic->partitions.empty()) {
-    return {ToWire(ErrorCode::kNotCoordinator), nullptr};
+    return {ErrorCode::kNotCoordinator, nullptr};
   }
   const int32_t partition = PartitionFor(group_id);
   auto it = shards_.find(partition);
@@ -813,18 +797,18 @@ Coordinator::Route Coordinator::RouteGroup(std::string_view group_id) {
     auto p = topic->partitions.find(partition);
     if (p != topic->partitions.end() && p->second.leader == broker_.node_id) {
       // Led here, but the log is not ready yet: the shard loads soon.
-      return {ToWire(ErrorCode::kCoordinatorLoadInProgress), nullptr};
+      return {ErrorCode::kCoordinatorLoadInProgress, nullptr};
     }
-    return {ToWire(ErrorCode::kNotCoordinator), nullptr};
+    return {ErrorCode::kNotCoordinator, nullptr};
   }
   if (it->second->state() == Shard::State::kLoading) {
-    return {ToWire(ErrorCode::kCoordinatorLoadInProgress), nullptr};
+    return {ErrorCode::kCoordinatorLoadInProgress, nullptr};
   }
-  return {0, it->second.get()};
+  return {ErrorCode::kNone, it->second.get()};
 }
 
-void Coordinator::EnsureOffsetsTopic(std::function<void(int16_t error)> done) {
-  if (broker_.metadata.FindTopic(std::string(kOffsetsTopic)) != nullptr) return done(0);
+void Coordinator::EnsureOffsetsTopic(std::function<void(ErrorCode error)> done) {
+  if (broker_.metadata.FindTopic(std::string(kOffsetsTopic)) != nullptr) return done(ErrorCode::kNone);
   const int32_t replication = broker_.config.GetInt("offsets.topic.replication.factor");
   int32_t alive = 0;
   for (const auto& [id, b] : broker_.metadata.brokers()) {
@@ -833,7 +817,7 @@ void Coordinator::EnsureOffsetsTopic(std::function<void(int16_t error)> done) {
   if (alive < replication) {
     Log()->warn("cannot create {}: {} broker(s) alive, offsets.topic.replication.factor is {}",
                 kOffsetsTopic, alive, replication);
-    return done(ToWire(ErrorCode::kCoordinatorNotAvailable));
+    return done(ErrorCode::kCoordinatorNotAvailable);
   }
   ensure_waiters_.push_back(std::move(done));
   if (ensure_in_flight_) return;
@@ -855,31 +839,31 @@ void Coordinator::EnsureOffsetsTopic(std::function<void(int16_t error)> done) {
   broker_.controller.CreateTopics(
       req, kCreateTopicTimeout,
       [this](const grpc::Status& status, const runnel::controller::CreateTopicsResponse& resp) {
-        int32_t error = status.ok()
-                            ? (resp.topics_size() == 1 ? resp.topics(0).error_code()
-                                                       : ToWire(ErrorCode::kUnknownServerError))
-                            : ToWire(ErrorCode::kUnknownServerError);
-        if (error != 0 && error != ToWire(ErrorCode::kTopicAlreadyExists)) {
+        const ErrorCode error =
+            status.ok() && resp.topics_size() == 1
+                ? protocol::ErrorFromWire(resp.topics(0).error_code())
+                : ErrorCode::kUnknownServerError;
+        if (error != ErrorCode::kNone && error != ErrorCode::kTopicAlreadyExists) {
           Log()->warn("creating {} failed: {}", kOffsetsTopic,
                       status.ok() ? (resp.topics_size() == 1 ? resp.topics(0).error_message()
                                                              : std::string("no result"))
                                   : status.error_message());
-          return FinishEnsure(ToWire(ErrorCode::kCoordinatorNotAvailable));
+          return FinishEnsure(ErrorCode::kCoordinatorNotAvailable);
         }
-        if (error == 0) Log()->info("created {}", kOffsetsTopic);
+        if (error == ErrorCode::kNone) Log()->info("created {}", kOffsetsTopic);
         WaitForMetadata(
             broker_,
             [this] { return broker_.metadata.FindTopic(std::string(kOffsetsTopic)) != nullptr; },
             kTopicWaitMs,
             [this] {
               FinishEnsure(broker_.metadata.FindTopic(std::string(kOffsetsTopic)) != nullptr
-                               ? 0
-                               : ToWire(ErrorCode::kCoordinatorNotAvailable));
+                               ? ErrorCode::kNone
+                               : ErrorCode::kCoordinatorNotAvailable);
             });
       });
 }
 
-void Coordinator::FinishEnsure(int16_t error) {
+void Coordinator::FinishEnsure(ErrorCode error) {
   ensure_in_flight_ = false;
   auto waiters = std::move(ensure_waiters_);
   ensure_waiters_.clear();
@@ -896,7 +880,7 @@ struct Coordinator::LoadWait {
 
 bool Coordinator::AnyLoading(const std::vector<std::string>& group_ids) {
   for (const std::string& id : group_ids) {
-    if (RouteGroup(id).error == ToWire(ErrorCode::kCoordinatorLoadInProgress)) return true;
+    if (RouteGroup(id).error == ErrorCode::kCoordinatorLoadInProgress) return true;
   }
   return false;
 }

@@ -117,7 +117,7 @@ class Shard final : public GroupEnv {
   int64_t NowMs() override;
   TimerId StartTimer(int64_t delay_ms, std::function<void()> fn) override;
   void CancelTimer(TimerId id) override;
-  void Write(std::vector<LogRecord> records, std::function<void(int16_t error)> done) override;
+  void Write(std::vector<LogRecord> records, std::function<void(ErrorCode error)> done) override;
   const GroupConfig& config() const override { return config_; }
 
   // The group's slot, or null when the shard has nothing for it.
@@ -139,14 +139,14 @@ class Shard final : public GroupEnv {
   // Writes the commits as one batch; once durable (done(0)) they are the group's offsets.
   // `done` gets the Write error otherwise.
   void CommitOffsets(const std::string& group_id, std::vector<Commit> commits,
-                     std::function<void(int16_t error)> done);
+                     std::function<void(ErrorCode error)> done);
   // Writes tombstones for those of `partitions` the group has offsets for, then forgets them.
   void DeleteOffsets(const std::string& group_id, const std::vector<TopicPartition>& partitions,
-                     std::function<void(int16_t error)> done);
+                     std::function<void(ErrorCode error)> done);
   // Removes the slot at once and writes tombstones for every offset of the group (those
   // still being committed included) and for the group itself; `done` gets the write's
   // result. The caller checked the group has no members.
-  void DeleteGroup(const std::string& group_id, std::function<void(int16_t error)> done);
+  void DeleteGroup(const std::string& group_id, std::function<void(ErrorCode error)> done);
   // One expiry pass now (the shard runs one every offsets.retention.check.interval.ms);
   // `done` runs once its writes (if any) finished.
   void ExpireOffsets(std::function<void()> done = {});
@@ -169,8 +169,8 @@ class Shard final : public GroupEnv {
   void Replay(const ParsedRecord& record);
   void FinishLoad();
   void ScheduleExpiry();
-  void PostWriteResult(uint64_t id, int16_t error);
-  void CompleteWrite(uint64_t id, int16_t error);
+  void PostWriteResult(uint64_t id, ErrorCode error);
+  void CompleteWrite(uint64_t id, ErrorCode error);
   void FailPendingWrites();
   std::vector<LogRecord> GroupTombstones(const std::string& group_id, const GroupSlot& slot);
 
@@ -191,7 +191,7 @@ class Shard final : public GroupEnv {
 
   // Writes not yet answered, by id.
   uint64_t next_write_ = 1;
-  std::map<uint64_t, std::function<void(int16_t)>> pending_writes_;
+  std::map<uint64_t, std::function<void(ErrorCode)>> pending_writes_;
 
   TimerId next_timer_ = 1;
   std::map<TimerId, Timer*> timers_;
@@ -211,7 +211,7 @@ class Coordinator {
   // not exist yet), COORDINATOR_LOAD_IN_PROGRESS, or INVALID_GROUP_ID for an empty id or one
   // longer than a record can hold (32767 bytes).
   struct Route {
-    int16_t error = 0;
+    ErrorCode error = ErrorCode::kNone;
     Shard* shard = nullptr;
   };
   Route RouteGroup(std::string_view group_id);
@@ -225,7 +225,7 @@ class Coordinator {
   // in this broker's metadata (0) or creation failed (COORDINATOR_NOT_AVAILABLE, also when
   // fewer brokers than offsets.topic.replication.factor are alive). Runs `done` at once
   // when the topic exists.
-  void EnsureOffsetsTopic(std::function<void(int16_t error)> done);
+  void EnsureOffsetsTopic(std::function<void(ErrorCode error)> done);
 
   // Runs `then` once none of `group_ids` is on a shard of this broker that is still loading
   // (or not created yet though this broker leads its partition), or after `timeout_ms`.
@@ -247,7 +247,7 @@ class Coordinator {
 
  private:
   struct LoadWait;
-  void FinishEnsure(int16_t error);
+  void FinishEnsure(ErrorCode error);
   bool AnyLoading(const std::vector<std::string>& group_ids);
   void EndLoadWait(LoadWait* w);
 
@@ -256,7 +256,7 @@ class Coordinator {
   std::map<int32_t, std::unique_ptr<Shard>> shards_;
   bool stopped_ = false;
   bool ensure_in_flight_ = false;
-  std::vector<std::function<void(int16_t)>> ensure_waiters_;
+  std::vector<std::function<void(ErrorCode)>> ensure_waiters_;
   std::set<LoadWait*> load_waits_;
 };
 

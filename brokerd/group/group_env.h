@@ -14,8 +14,11 @@
 
 #include "brokerd/group/records.h"
 #include "common/config/config.h"
+#include "common/protocol/error_code.h"
 
 namespace runnel::brokerd::group {
+
+using ::runnel::protocol::ErrorCode;
 
 // The group settings of the node config (common/config/keys.cc has each key's meaning).
 struct GroupConfig {
@@ -58,7 +61,7 @@ class GroupEnv {
   // Write) with 0 once the records are durable as acks=all requires, or with the Kafka error
   // the caller should answer: NOT_COORDINATOR (the partition moved or is being unloaded) or
   // COORDINATOR_NOT_AVAILABLE (storage failed, or offsets.commit.timeout.ms passed).
-  virtual void Write(std::vector<LogRecord> records, std::function<void(int16_t error)> done) = 0;
+  virtual void Write(std::vector<LogRecord> records, std::function<void(ErrorCode error)> done) = 0;
 
   virtual const GroupConfig& config() const = 0;
 };

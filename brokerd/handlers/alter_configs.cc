@@ -23,19 +23,19 @@ constexpr std::chrono::milliseconds kTimeout{30000};
 
 // Kafka's broker-side check of a broker resource name ("" = the cluster default): a node
 // changes only its own per-broker configs.
-std::optional<AlterConfigsOutcome> CheckBrokerResource(const ctl::AlterConfigsResource& r,
+std::optional<protocol::KafkaError> CheckBrokerResource(const ctl::AlterConfigsResource& r,
                                                        int32_t node_id) {
   const std::string& name = r.resource_name();
   if (r.resource_type() != kBrokerResource || name.empty()) return std::nullopt;
   int32_t id = -1;
   auto [ptr, ec] = std::from_chars(name.data(), name.data() + name.size(), id);
   if (ec != std::errc() || ptr != name.data() + name.size()) {
-    return AlterConfigsOutcome{static_cast<int16_t>(ErrorCode::kInvalidRequest),
+    return protocol::KafkaError{ErrorCode::kInvalidRequest,
                                fmt::format("Node id must be an integer, but it is: {}", name)};
   }
   if (id != node_id) {
-    return AlterConfigsOutcome{
-        static_cast<int16_t>(ErrorCode::kInvalidRequest),
+    return protocol::KafkaError{
+        ErrorCode::kInvalidRequest,
         fmt::format("Unexpected broker id, expected {}, but received {}", node_id, name)};
   }
   return std::nullopt;
@@ -44,9 +44,9 @@ std::optional<AlterConfigsOutcome> CheckBrokerResource(const ctl::AlterConfigsRe
 }  // namespace
 
 void AlterConfigsThroughController(BrokerContext& broker, ctl::AlterConfigsRequest call,
-                                   std::function<void(std::vector<AlterConfigsOutcome>)> done) {
+                                   std::function<void(std::vector<protocol::KafkaError>)> done) {
   const size_t n = static_cast<size_t>(call.resources_size());
-  auto outcomes = std::make_shared<std::vector<AlterConfigsOutcome>>(n);
+  auto outcomes = std::make_shared<std::vector<protocol::KafkaError>>(n);
   // Which request entry each resource sent to the controller answers.
   auto sent_index = std::make_shared<std::vector<size_t>>();
   ctl::AlterConfigsRequest to_send;
@@ -72,17 +72,16 @@ void AlterConfigsThroughController(BrokerContext& broker, ctl::AlterConfigsReque
               "AlterConfigs: controller call failed: {}",
               status.ok() ? std::string("wrong number of results") : status.error_message());
           for (size_t i : *sent_index) {
-            (*outcomes)[i] = {static_cast<int16_t>(status.ok() ? ErrorCode::kUnknownServerError
-                                                               : ControllerCallError(status)),
-                              status.error_message()};
+            (*outcomes)[i] = {
+                status.ok() ? ErrorCode::kUnknownServerError : ControllerCallError(status),
+                status.error_message()};
           }
         } else {
           offset = result.metadata_offset();
           for (size_t k = 0; k < sent_index->size(); ++k) {
             const ctl::AlterConfigsResult& r = result.results(static_cast<int>(k));
-            AlterConfigsOutcome& o = (*outcomes)[(*sent_index)[k]];
-            o.error_code = static_cast<int16_t>(r.error_code());
-            if (r.has_error_message()) o.error_message = r.error_message();
+            (*outcomes)[(*sent_index)[k]] = {protocol::ErrorFromWire(r.error_code()),
+                                             r.error_message()};
           }
         }
         // Answer once the change is in this broker's cache, so a DescribeConfigs that

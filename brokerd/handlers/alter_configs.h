@@ -38,12 +38,14 @@ void ForwardAlterConfigs(BrokerContext& broker, std::unique_ptr<RequestContext> 
   std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);
   AlterConfigsThroughController(
       broker, std::move(call),
-      [shared_ctx, req = std::move(req), respond](std::vector<AlterConfigsOutcome> outcomes) {
+      [shared_ctx, req = std::move(req), respond](std::vector<protocol::KafkaError> outcomes) {
         Resp resp;
         for (size_t i = 0; i < outcomes.size(); ++i) {
           typename Resp::AlterConfigsResourceResponse r;
-          r.error_code = outcomes[i].error_code;
-          r.error_message = std::move(outcomes[i].error_message);
+          r.error_code = outcomes[i].code;
+          // Null when there is nothing to say, as Kafka's ApiError gives it.
+          if (!outcomes[i].message.empty()) r.error_message = std::move(outcomes[i].message);
+          else r.error_message.reset();
           r.resource_type = req.resources[i].resource_type;
           r.resource_name = req.resources[i].resource_name;
           resp.responses.push_back(std::move(r));

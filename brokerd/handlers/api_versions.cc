@@ -30,7 +30,7 @@ bool ValidSoftwareField(const std::string& s) {
 
 Response UnsupportedApiVersionsResponse(const RequestContext& ctx) {
   ApiVersionsResponse resp;
-  resp.error_code = static_cast<int16_t>(ErrorCode::kUnsupportedVersion);
+  resp.error_code = ErrorCode::kUnsupportedVersion;
   FillApiKeys(resp);
   return EncodeResponseAt(ctx, resp, 0);
 }
@@ -43,7 +43,7 @@ void HandleApiVersions(BrokerContext&, std::unique_ptr<RequestContext> ctx, Resp
   if (ctx->header.api_version >= 3 &&
       (!ValidSoftwareField(req.client_software_name) ||
        !ValidSoftwareField(req.client_software_version))) {
-    resp.error_code = static_cast<int16_t>(ErrorCode::kInvalidRequest);
+    resp.error_code = ErrorCode::kInvalidRequest;
     return respond(EncodeResponse(*ctx, resp));
   }
   FillApiKeys(resp);

@@ -30,11 +30,11 @@ void HandleConsumerGroupDescribe(BrokerContext& broker, std::unique_ptr<RequestC
     ConsumerGroupDescribeResponse::DescribedGroup out;
     out.group_id = group_id;
     auto route = broker.groups.RouteGroup(group_id);
-    group::GroupSlot* slot = route.error == 0 ? route.shard->Find(group_id) : nullptr;
-    if (route.error != 0) {
+    group::GroupSlot* slot = route.error == ErrorCode::kNone ? route.shard->Find(group_id) : nullptr;
+    if (route.error != ErrorCode::kNone) {
       out.error_code = route.error;
     } else if (slot == nullptr || !slot->consumer || slot->consumer->deleted()) {
-      out.error_code = ToWire(ErrorCode::kGroupIdNotFound);
+      out.error_code = ErrorCode::kGroupIdNotFound;
       out.error_message = slot != nullptr && slot->classic
                               ? fmt::format("Group {} is not a consumer group.", group_id)
                               : fmt::format("Group {} not found.", group_id);

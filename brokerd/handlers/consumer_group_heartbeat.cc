@@ -33,7 +33,7 @@ void HandleConsumerGroupHeartbeat(BrokerContext& broker, std::unique_ptr<Request
                                   Respond respond) {
   ConsumerGroupHeartbeatRequest req;
   if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
-  auto answer = [&ctx, &respond](int16_t error, std::string message) {
+  auto answer = [&ctx, &respond](ErrorCode error, std::string message) {
     ConsumerGroupHeartbeatResponse resp;
     resp.error_code = error;
     if (!message.empty()) resp.error_message = std::move(message);
@@ -41,16 +41,16 @@ void HandleConsumerGroupHeartbeat(BrokerContext& broker, std::unique_ptr<Request
   };
 
   auto route = broker.groups.RouteGroup(req.group_id);
-  if (route.error != 0) return answer(route.error, "");
+  if (route.error != ErrorCode::kNone) return answer(route.error, "");
   group::Shard& shard = *route.shard;
   if (!shard.config().consumer_enabled) {
-    return answer(ToWire(ErrorCode::kUnsupportedVersion),
+    return answer(ErrorCode::kUnsupportedVersion,
                   "The consumer group protocol is not enabled on this broker.");
   }
   std::string message;
-  int16_t invalid = group::ConsumerGroup::ValidateHeartbeat(req, ctx->header.api_version,
-                                                            shard.config(), &message);
-  if (invalid != 0) return answer(invalid, std::move(message));
+  ErrorCode invalid = group::ConsumerGroup::ValidateHeartbeat(req, ctx->header.api_version,
+                                                              shard.config(), &message);
+  if (invalid != ErrorCode::kNone) return answer(invalid, std::move(message));
 
   const bool joining = req.member_epoch == 0;
   group::GroupSlot* slot = shard.Find(req.group_id);
@@ -59,16 +59,16 @@ void HandleConsumerGroupHeartbeat(BrokerContext& broker, std::unique_ptr<Request
     // A classic group with members keeps its id; an empty one gives way to the new consumer
     // group on a join (its offsets stay), as Kafka does.
     if (!joining || !slot->classic->empty()) {
-      return answer(ToWire(ErrorCode::kGroupIdNotFound),
+      return answer(ErrorCode::kGroupIdNotFound,
                     fmt::format("Group {} is not a consumer group.", req.group_id));
     }
     prefix.push_back(group::ClassicGroupTombstone(req.group_id));
-    slot->classic->Shutdown(ToWire(ErrorCode::kGroupIdNotFound));
+    slot->classic->Shutdown(ErrorCode::kGroupIdNotFound);
     slot->classic.reset();
   }
   if (slot == nullptr || !slot->consumer) {
     if (!joining) {
-      return answer(ToWire(ErrorCode::kGroupIdNotFound),
+      return answer(ErrorCode::kGroupIdNotFound,
                     fmt::format("Group {} not found.", req.group_id));
     }
     if (slot == nullptr) slot = &shard.FindOrCreate(req.group_id);

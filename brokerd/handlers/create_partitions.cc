@@ -55,7 +55,7 @@ void HandleCreatePartitions(BrokerContext& broker, std::unique_ptr<RequestContex
           for (const auto& t : call.topics()) {
             CreatePartitionsResponse::CreatePartitionsTopicResult r;
             r.name = t.name();
-            r.error_code = static_cast<int16_t>(ControllerCallError(status));
+            r.error_code = ControllerCallError(status);
             r.error_message = status.error_message();
             resp->results.push_back(std::move(r));
           }
@@ -64,7 +64,7 @@ void HandleCreatePartitions(BrokerContext& broker, std::unique_ptr<RequestContex
           for (const auto& t : result.topics()) {
             CreatePartitionsResponse::CreatePartitionsTopicResult r;
             r.name = t.name();
-            r.error_code = static_cast<int16_t>(t.error_code());
+            r.error_code = protocol::ErrorFromWire(t.error_code());
             if (t.has_error_message()) r.error_message = t.error_message();
             if (t.error_code() == 0 && !call.validate_only()) grown->push_back(t.name());
             resp->results.push_back(std::move(r));

@@ -43,7 +43,7 @@ CreateTopicsResponse FromController(const ctl::CreateTopicsResponse& in) {
     CreateTopicsResponse::CreatableTopicResult r;
     r.name = t.name();
     r.topic_id = UuidFromBytes(t.topic_id());
-    r.error_code = static_cast<int16_t>(t.error_code());
+    r.error_code = protocol::ErrorFromWire(t.error_code());
     if (t.has_error_message()) r.error_message = t.error_message();
     r.num_partitions = t.num_partitions();
     r.replication_factor = static_cast<int16_t>(t.replication_factor());
@@ -85,7 +85,7 @@ void HandleCreateTopics(BrokerContext& broker, std::unique_ptr<RequestContext> c
           for (const auto& t : req.topics) {
             CreateTopicsResponse::CreatableTopicResult r;
             r.name = t.name;
-            r.error_code = static_cast<int16_t>(ControllerCallError(status));
+            r.error_code = ControllerCallError(status);
             r.error_message = status.error_message();
             resp.topics.push_back(std::move(r));
           }
@@ -97,7 +97,7 @@ void HandleCreateTopics(BrokerContext& broker, std::unique_ptr<RequestContext> c
         auto created = std::make_shared<std::vector<std::string>>();
         if (!req.validate_only) {
           for (const auto& t : resp->topics) {
-            if (t.error_code == 0) created->push_back(t.name);
+            if (t.error_code == ErrorCode::kNone) created->push_back(t.name);
           }
         }
         WaitForMetadata(

@@ -13,21 +13,20 @@ using protocol::DeleteGroupsRequest;
 using protocol::DeleteGroupsResponse;
 using protocol::ErrorCode;
 
-int16_t Wire(ErrorCode e) { return static_cast<int16_t>(e); }
 
-// 0 when the group can be deleted, else its error.
-int16_t CheckDeletable(const group::GroupSlot* slot) {
-  if (slot == nullptr) return Wire(ErrorCode::kGroupIdNotFound);
+// NONE when the group can be deleted, else its error.
+ErrorCode CheckDeletable(const group::GroupSlot* slot) {
+  if (slot == nullptr) return ErrorCode::kGroupIdNotFound;
   if (slot->classic) {
     if (slot->classic->state() == group::ClassicGroup::State::kDead) {
-      return Wire(ErrorCode::kGroupIdNotFound);
+      return ErrorCode::kGroupIdNotFound;
     }
     if (slot->classic->state() != group::ClassicGroup::State::kEmpty) {
-      return Wire(ErrorCode::kNonEmptyGroup);
+      return ErrorCode::kNonEmptyGroup;
     }
   }
-  if (slot->consumer && !slot->consumer->empty()) return Wire(ErrorCode::kNonEmptyGroup);
-  return 0;
+  if (slot->consumer && !slot->consumer->empty()) return ErrorCode::kNonEmptyGroup;
+  return ErrorCode::kNone;
 }
 
 struct Pending {
@@ -56,17 +55,17 @@ void HandleDeleteGroups(BrokerContext& broker, std::unique_ptr<RequestContext> c
     DeleteGroupsResponse::DeletableGroupResult& r = pending->resp.results.emplace_back();
     r.group_id = id;
     group::Coordinator::Route route = broker.groups.RouteGroup(id);
-    if (route.error != 0) {
+    if (route.error != ErrorCode::kNone) {
       r.error_code = route.error;
       continue;
     }
-    if (int16_t error = CheckDeletable(route.shard->Find(id)); error != 0) {
+    if (ErrorCode error = CheckDeletable(route.shard->Find(id)); error != ErrorCode::kNone) {
       r.error_code = error;
       continue;
     }
     const size_t index = pending->resp.results.size() - 1;
     ++pending->outstanding;
-    route.shard->DeleteGroup(id, [pending, index](int16_t error) {
+    route.shard->DeleteGroup(id, [pending, index](ErrorCode error) {
       pending->resp.results[index].error_code = error;
       pending->Done();
     });

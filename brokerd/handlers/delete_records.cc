@@ -60,7 +60,7 @@ void HandleDeleteRecords(BrokerContext& broker, std::unique_ptr<RequestContext> 
       DeleteRecordsResponse::DeleteRecordsPartitionResult& out = t.partitions.emplace_back();
       out.partition_index = partition.partition_index;
       out.low_watermark = -1;
-      auto fail = [&out](ErrorCode error) { out.error_code = static_cast<int16_t>(error); };
+      auto fail = [&out](ErrorCode error) { out.error_code = error; };
       const PartitionInfo* p = nullptr;
       ErrorCode error = CheckLocalPartition(broker, info, partition.partition_index, -1, &p);
       // Kafka refuses internal topics before looking at leadership.
@@ -94,12 +94,12 @@ void HandleDeleteRecords(BrokerContext& broker, std::unique_ptr<RequestContext> 
         for (size_t i = 0; i < pending->slots.size(); ++i) {
           auto* out = pending->slots[i];
           if (!status.ok() || i >= static_cast<size_t>(result.partitions_size())) {
-            out->error_code = static_cast<int16_t>(status.ok() ? ErrorCode::kUnknownServerError
-                                                               : StorageCallError(status));
+            out->error_code =
+                status.ok() ? ErrorCode::kUnknownServerError : StorageCallError(status);
             continue;
           }
           const storage::DeleteRecordsPartitionResult& r = result.partitions(static_cast<int>(i));
-          out->error_code = static_cast<int16_t>(r.error_code());
+          out->error_code = protocol::ErrorFromWire(r.error_code());
           if (r.error_code() == 0) {
             out->low_watermark = r.low_watermark();
             // Before the client hears of it, so no fetch after it is answered from below it

@@ -43,7 +43,7 @@ void HandleDeleteTopics(BrokerContext& broker, std::unique_ptr<RequestContext> c
             DeleteTopicsResponse::DeletableTopicResult r;
             if (!t.name().empty()) r.name = t.name();
             r.topic_id = UuidFromBytes(t.topic_id());
-            r.error_code = static_cast<int16_t>(ControllerCallError(status));
+            r.error_code = ControllerCallError(status);
             r.error_message = status.error_message();
             resp->responses.push_back(std::move(r));
           }
@@ -52,7 +52,7 @@ void HandleDeleteTopics(BrokerContext& broker, std::unique_ptr<RequestContext> c
             DeleteTopicsResponse::DeletableTopicResult r;
             if (!t.name().empty()) r.name = t.name();
             r.topic_id = UuidFromBytes(t.topic_id());
-            r.error_code = static_cast<int16_t>(t.error_code());
+            r.error_code = protocol::ErrorFromWire(t.error_code());
             if (t.has_error_message()) r.error_message = t.error_message();
             if (t.error_code() == 0) deleted->push_back(t.name());
             resp->responses.push_back(std::move(r));

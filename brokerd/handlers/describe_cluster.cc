@@ -20,7 +20,7 @@ void HandleDescribeCluster(BrokerContext& broker, std::unique_ptr<RequestContext
   DescribeClusterResponse resp;
   resp.endpoint_type = req.endpoint_type;
   if (req.endpoint_type != kEndpointTypeBroker) {
-    resp.error_code = static_cast<int16_t>(ErrorCode::kUnsupportedEndpointType);
+    resp.error_code = ErrorCode::kUnsupportedEndpointType;
     resp.error_message = "This endpoint serves brokers; controllers are not reachable here.";
     return respond(EncodeResponse(*ctx, resp));
   }

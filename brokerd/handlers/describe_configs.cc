@@ -77,7 +77,7 @@ void HandleDescribeConfigs(BrokerContext& broker, std::unique_ptr<RequestContext
     out.resource_name = res.resource_name;
     out.error_message = std::nullopt;
     auto fail = [&out](ErrorCode code, std::optional<std::string> message) {
-      out.error_code = static_cast<int16_t>(code);
+      out.error_code = code;
       out.error_message = std::move(message);
     };
     const std::string& name = res.resource_name;

@@ -11,6 +11,7 @@ namespace runnel::brokerd {
 namespace {
 
 using protocol::DescribeGroupsRequest;
+using protocol::ErrorCode;
 using protocol::DescribeGroupsResponse;
 
 // Every operation Kafka's group resource has: READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS,
@@ -30,7 +31,7 @@ void HandleDescribeGroups(BrokerContext& broker, std::unique_ptr<RequestContext>
     DescribeGroupsResponse::DescribedGroup& g = resp.groups.emplace_back();
     g.group_id = id;
     group::Coordinator::Route route = broker.groups.RouteGroup(id);
-    if (route.error != 0) {
+    if (route.error != ErrorCode::kNone) {
       g.error_code = route.error;
       continue;
     }

@@ -57,7 +57,7 @@ struct Pending {
         std::error_code ec;
         std::filesystem::path path = std::filesystem::absolute(dir, ec);
         r.log_dir = NormalPath(ec ? dir : path.string());
-        r.error_code = static_cast<int16_t>(ErrorCode::kKafkaStorageError);
+        r.error_code = ErrorCode::kKafkaStorageError;
       }
       return respond(EncodeResponse(*ctx, resp));
     }
@@ -74,7 +74,7 @@ struct Pending {
       DescribeLogDirsResponse::DescribeLogDirsResult& r = resp.results.emplace_back();
       r.log_dir = d.path();
       if (!d.error().empty()) {
-        r.error_code = static_cast<int16_t>(ErrorCode::kKafkaStorageError);
+        r.error_code = ErrorCode::kKafkaStorageError;
         continue;
       }
       r.total_bytes = d.total_bytes();

@@ -31,7 +31,7 @@ DescribeQuorumResponse PartitionErrors(const DescribeQuorumRequest& req, ErrorCo
     for (const auto& p : t.partitions) {
       DescribeQuorumResponse::PartitionData out;
       out.partition_index = p.partition_index;
-      out.error_code = static_cast<int16_t>(error);
+      out.error_code = error;
       out.error_message = message;
       out.leader_id = NodeId(-1);
       out.leader_epoch = -1;

@@ -129,7 +129,7 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
         if (st == nullptr) error = ErrorCode::kNotLeaderOrFollower;
       }
       if (error != ErrorCode::kNone) {
-        p.out.error_code = static_cast<int16_t>(error);
+        p.out.error_code = error;
         if (error == ErrorCode::kNotLeaderOrFollower || error == ErrorCode::kFencedLeaderEpoch) {
           p.out.current_leader.leader_id = NodeId(p.leader);
           p.out.current_leader.leader_epoch = p.leader_epoch;
@@ -224,14 +224,14 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
     for (size_t k = 0; k < reading_parts.size(); ++k) {
       Part& p = parts[reading_parts[k]];
       if (!status.ok() || k >= static_cast<size_t>(result.partitions_size())) {
-        p.out.error_code = static_cast<int16_t>(
-            status.ok() ? ErrorCode::kUnknownServerError : StorageCallError(status));
+        p.out.error_code =
+            status.ok() ? ErrorCode::kUnknownServerError : StorageCallError(status);
         any_error = true;
         continue;
       }
       const storage::ReadPartitionResult& r = result.partitions(static_cast<int>(k));
       if (r.error_code() != 0) {
-        p.out.error_code = static_cast<int16_t>(r.error_code());
+        p.out.error_code = protocol::ErrorFromWire(r.error_code());
         p.out.high_watermark = -1;
         p.out.last_stable_offset = -1;
         p.out.log_start_offset = -1;
@@ -299,7 +299,7 @@ void HandleFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, Res
   op->version = version;
 
   if (req.session_id != 0) {
-    op->resp.error_code = static_cast<int16_t>(ErrorCode::kFetchSessionIdNotFound);
+    op->resp.error_code = ErrorCode::kFetchSessionIdNotFound;
     op->done = true;
     return op->respond(EncodeResponse(*op->ctx, op->resp));
   }

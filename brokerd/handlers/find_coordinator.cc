@@ -21,7 +21,7 @@ constexpr int8_t kTransactionKey = 1;
 constexpr int64_t kLoadWaitMs = 10000;
 
 struct Answer {
-  int16_t error = 0;
+  ErrorCode error = ErrorCode::kNone;
   std::optional<std::string> message;
   int32_t node_id = -1;
   std::string host;
@@ -29,31 +29,31 @@ struct Answer {
 };
 
 // Kafka's error_message: the error's default message ("NONE" when there is none).
-std::string DefaultMessage(int16_t error) {
+std::string DefaultMessage(ErrorCode error) {
   return std::string(protocol::ErrorName(static_cast<ErrorCode>(error)));
 }
 
 Answer Locate(BrokerContext& broker, const std::string& listener, int8_t key_type,
-              const std::string& key, int16_t ensure_error) {
+              const std::string& key, ErrorCode ensure_error) {
   Answer a;
   if (key_type == kTransactionKey) {
-    a.error = static_cast<int16_t>(ErrorCode::kCoordinatorNotAvailable);
+    a.error = ErrorCode::kCoordinatorNotAvailable;
     a.message = "This broker has no transaction coordinator yet";
     return a;
   }
   if (key_type != kGroupKey) {
-    a.error = static_cast<int16_t>(ErrorCode::kInvalidRequest);
+    a.error = ErrorCode::kInvalidRequest;
     a.message = fmt::format("Unknown coordinator key type {}", key_type);
     return a;
   }
   const TopicInfo* topic = broker.metadata.FindTopic(std::string(group::kOffsetsTopic));
-  if (ensure_error != 0 || topic == nullptr) {
-    a.error = static_cast<int16_t>(ErrorCode::kCoordinatorNotAvailable);
+  if (ensure_error != ErrorCode::kNone || topic == nullptr) {
+    a.error = ErrorCode::kCoordinatorNotAvailable;
     return a;
   }
   auto p = topic->partitions.find(broker.groups.PartitionFor(key));
   if (p == topic->partitions.end() || p->second.leader < 0) {
-    a.error = static_cast<int16_t>(ErrorCode::kCoordinatorNotAvailable);
+    a.error = ErrorCode::kCoordinatorNotAvailable;
     return a;
   }
   for (BrokerAddress& b : BrokersOnListener(broker.metadata, listener)) {
@@ -64,7 +64,7 @@ Answer Locate(BrokerContext& broker, const std::string& listener, int8_t key_typ
     return a;
   }
   // The leader is fenced or has no endpoint on this listener.
-  a.error = static_cast<int16_t>(ErrorCode::kCoordinatorNotAvailable);
+  a.error = ErrorCode::kCoordinatorNotAvailable;
   return a;
 }
 
@@ -79,7 +79,7 @@ void HandleFindCoordinator(BrokerContext& broker, std::unique_ptr<RequestContext
 
   const bool wants_group = req->key_type == kGroupKey && !req->coordinator_keys.empty();
   std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);
-  auto answer = [&broker, shared_ctx, req, respond, version](int16_t ensure_error) {
+  auto answer = [&broker, shared_ctx, req, respond, version](ErrorCode ensure_error) {
     FindCoordinatorResponse resp;
     for (const std::string& key : req->coordinator_keys) {
       Answer a = Locate(broker, shared_ctx->listener, req->key_type, key, ensure_error);
@@ -102,10 +102,10 @@ void HandleFindCoordinator(BrokerContext& broker, std::unique_ptr<RequestContext
     }
     respond(EncodeResponse(*shared_ctx, resp));
   };
-  if (!wants_group) return answer(0);
-  broker.groups.EnsureOffsetsTopic([&broker, req, answer](int16_t error) {
-    if (error != 0) return answer(error);
-    broker.groups.WaitUntilLoaded(req->coordinator_keys, kLoadWaitMs, [answer] { answer(0); });
+  if (!wants_group) return answer(ErrorCode::kNone);
+  broker.groups.EnsureOffsetsTopic([&broker, req, answer](ErrorCode error) {
+    if (error != ErrorCode::kNone) return answer(error);
+    broker.groups.WaitUntilLoaded(req->coordinator_keys, kLoadWaitMs, [answer] { answer(ErrorCode::kNone); });
   });
 }
 

@@ -16,17 +16,17 @@ void HandleHeartbeat(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
   if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
   HeartbeatResponse resp;
   if (req.group_id.empty()) {
-    resp.error_code = ToWire(ErrorCode::kInvalidGroupId);
+    resp.error_code = ErrorCode::kInvalidGroupId;
     return respond(EncodeResponse(*ctx, resp));
   }
   auto route = broker.groups.RouteGroup(req.group_id);
-  if (route.error != 0) {
+  if (route.error != ErrorCode::kNone) {
     resp.error_code = route.error;
     return respond(EncodeResponse(*ctx, resp));
   }
   group::GroupSlot* slot = route.shard->Find(req.group_id);
   if (slot == nullptr || !slot->classic) {
-    resp.error_code = ToWire(ErrorCode::kUnknownMemberId);
+    resp.error_code = ErrorCode::kUnknownMemberId;
   } else {
     resp.error_code =
         slot->classic->Heartbeat(req.member_id, req.group_instance_id, req.generation_id);

@@ -61,36 +61,36 @@ namespace {
 void JoinClassic(BrokerContext& broker, std::shared_ptr<RequestContext> ctx,
                  std::shared_ptr<JoinGroupRequest> req, Respond respond) {
   auto answer = [ctx, respond](JoinGroupResponse r) { respond(EncodeResponse(*ctx, r)); };
-  auto fail = [&](int16_t error, std::string member_id) {
+  auto fail = [&](ErrorCode error, std::string member_id) {
     JoinGroupResponse r;
     r.error_code = error;
     r.member_id = std::move(member_id);
     answer(std::move(r));
   };
-  if (req->group_id.empty()) return fail(ToWire(ErrorCode::kInvalidGroupId), req->member_id);
+  if (req->group_id.empty()) return fail(ErrorCode::kInvalidGroupId, req->member_id);
 
   auto route = broker.groups.RouteGroup(req->group_id);
-  if (route.error != 0) return fail(route.error, "");
+  if (route.error != ErrorCode::kNone) return fail(route.error, "");
   group::Shard& shard = *route.shard;
   group::GroupSlot& slot = shard.FindOrCreate(req->group_id);
 
   if (slot.consumer) {
     if (!slot.consumer->empty()) {
       // A KIP-848 group with members: classic members cannot join it here.
-      return fail(ToWire(ErrorCode::kInconsistentGroupProtocol), "");
+      return fail(ErrorCode::kInconsistentGroupProtocol, "");
     }
     // An empty consumer group is replaced by a classic one, as in Kafka: its records are
     // deleted first (none to delete when it never wrote any).
     std::vector<group::LogRecord> tombstones;
     if (!slot.consumer->pristine()) tombstones = slot.consumer->TombstoneRecords();
-    slot.consumer->Shutdown(ToWire(ErrorCode::kNotCoordinator));
+    slot.consumer->Shutdown(ErrorCode::kNotCoordinator);
     slot.consumer.reset();
     if (!tombstones.empty()) {
-      shard.Write(std::move(tombstones), [&broker, ctx, req, respond](int16_t error) {
-        if (error != 0) {
+      shard.Write(std::move(tombstones), [&broker, ctx, req, respond](ErrorCode error) {
+        if (error != ErrorCode::kNone) {
           JoinGroupResponse r;
-          r.error_code = error == ToWire(ErrorCode::kRequestTimedOut)
-                             ? ToWire(ErrorCode::kCoordinatorNotAvailable)
+          r.error_code = error == ErrorCode::kRequestTimedOut
+                             ? ErrorCode::kCoordinatorNotAvailable
                              : error;
           return respond(EncodeResponse(*ctx, r));
         }
@@ -105,7 +105,7 @@ void JoinClassic(BrokerContext& broker, std::shared_ptr<RequestContext> ctx,
     // A known member id for a group that does not exist: Kafka's GROUP_ID_NOT_FOUND path.
     if (!req->member_id.empty()) {
       if (slot.offsets.empty() && slot.pending_commits == 0) shard.Remove(req->group_id);
-      return fail(ToWire(ErrorCode::kUnknownMemberId), req->member_id);
+      return fail(ErrorCode::kUnknownMemberId, req->member_id);
     }
     slot.classic = std::make_unique<ClassicGroup>(req->group_id, shard);
   }

@@ -19,7 +19,7 @@ void HandleLeaveGroup(BrokerContext& broker, std::unique_ptr<RequestContext> ctx
   std::shared_ptr<RequestContext> shared = std::move(ctx);
   const int16_t version = shared->header.api_version;
   // v0-v2 carry one member and answer with one error: the request's or that member's.
-  auto answer = [shared, respond, version](int16_t error,
+  auto answer = [shared, respond, version](ErrorCode error,
                                            std::vector<ClassicGroup::LeaveResult> members) {
     LeaveGroupResponse resp;
     resp.error_code = error;
@@ -31,9 +31,9 @@ void HandleLeaveGroup(BrokerContext& broker, std::unique_ptr<RequestContext> ctx
         r.error_code = m.error;
         resp.members.push_back(std::move(r));
       }
-    } else if (error == 0) {
+    } else if (error == ErrorCode::kNone) {
       for (const auto& m : members) {
-        if (m.error != 0) {
+        if (m.error != ErrorCode::kNone) {
           resp.error_code = m.error;
           break;
         }
@@ -42,11 +42,11 @@ void HandleLeaveGroup(BrokerContext& broker, std::unique_ptr<RequestContext> ctx
     respond(EncodeResponse(*shared, resp));
   };
 
-  if (req.group_id.empty()) return answer(ToWire(ErrorCode::kInvalidGroupId), {});
+  if (req.group_id.empty()) return answer(ErrorCode::kInvalidGroupId, {});
   auto route = broker.groups.RouteGroup(req.group_id);
-  if (route.error != 0) return answer(route.error, {});
+  if (route.error != ErrorCode::kNone) return answer(route.error, {});
   group::GroupSlot* slot = route.shard->Find(req.group_id);
-  if (slot == nullptr || !slot->classic) return answer(ToWire(ErrorCode::kUnknownMemberId), {});
+  if (slot == nullptr || !slot->classic) return answer(ErrorCode::kUnknownMemberId, {});
 
   std::vector<ClassicGroup::LeaveMember> members;
   if (version >= 3) {

@@ -53,7 +53,7 @@ void HandleListGroups(BrokerContext& broker, std::unique_ptr<RequestContext> ctx
   for (group::Shard* shard : broker.groups.shards()) {
     if (shard->state() == group::Shard::State::kLoading) {
       ListGroupsResponse loading;
-      loading.error_code = static_cast<int16_t>(ErrorCode::kCoordinatorLoadInProgress);
+      loading.error_code = ErrorCode::kCoordinatorLoadInProgress;
       return respond(EncodeResponse(*ctx, loading));
     }
     if (shard->state() != group::Shard::State::kActive) continue;

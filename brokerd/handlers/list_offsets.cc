@@ -76,7 +76,7 @@ void HandleListOffsets(BrokerContext& broker, std::unique_ptr<RequestContext> ct
       out.timestamp = -1;
       out.offset = -1;
       out.leader_epoch = -1;
-      auto fail = [&out](ErrorCode error) { out.error_code = static_cast<int16_t>(error); };
+      auto fail = [&out](ErrorCode error) { out.error_code = error; };
       if (times_named[{topic.name, partition.partition_index}] > 1) {
         fail(ErrorCode::kInvalidRequest);
         continue;
@@ -108,12 +108,12 @@ void HandleListOffsets(BrokerContext& broker, std::unique_ptr<RequestContext> ct
           const Pending::Slot& slot = pending->slots[i];
           auto* out = slot.out;
           if (!status.ok() || i >= static_cast<size_t>(result.partitions_size())) {
-            out->error_code = static_cast<int16_t>(status.ok() ? ErrorCode::kUnknownServerError
-                                                               : StorageCallError(status));
+            out->error_code =
+                status.ok() ? ErrorCode::kUnknownServerError : StorageCallError(status);
             continue;
           }
           const storage::ListOffsetsPartitionResult& r = result.partitions(static_cast<int>(i));
-          out->error_code = static_cast<int16_t>(r.error_code());
+          out->error_code = protocol::ErrorFromWire(r.error_code());
           if (r.error_code() != 0) continue;
           out->offset = r.offset();
           out->timestamp = r.timestamp();

@@ -27,7 +27,7 @@ bool BrokerIsLive(const MetadataCache& cache, int32_t id) {
 
 void FillTopic(const MetadataCache& cache, const TopicInfo& topic, bool with_operations,
                MetadataResponse::MetadataResponseTopic* out) {
-  out->error_code = static_cast<int16_t>(ErrorCode::kNone);
+  out->error_code = ErrorCode::kNone;
   out->name = topic.name;
   out->topic_id = topic.id;
   out->is_internal = topic.internal();
@@ -35,8 +35,7 @@ void FillTopic(const MetadataCache& cache, const TopicInfo& topic, bool with_ope
   for (const auto& [id, p] : topic.partitions) {
     MetadataResponse::MetadataResponsePartition part;
     bool leader_live = p.leader >= 0 && BrokerIsLive(cache, p.leader);
-    part.error_code =
-        static_cast<int16_t>(leader_live ? ErrorCode::kNone : ErrorCode::kLeaderNotAvailable);
+    part.error_code = leader_live ? ErrorCode::kNone : ErrorCode::kLeaderNotAvailable;
     part.partition_index = p.id;
     part.leader_id = NodeId(leader_live ? p.leader : -1);
     part.leader_epoch = p.leader_epoch;
@@ -101,7 +100,7 @@ void HandleMetadata(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, 
       const TopicInfo* topic =
           want.topic_id.IsZero() ? nullptr : cache.FindTopicById(want.topic_id);
       if (topic == nullptr) {
-        out.error_code = static_cast<int16_t>(ErrorCode::kUnknownTopicId);
+        out.error_code = ErrorCode::kUnknownTopicId;
         out.name = std::nullopt;
         out.topic_id = want.topic_id;
       } else {
@@ -115,7 +114,7 @@ void HandleMetadata(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, 
     out.name = name;
     out.is_internal = IsInternalTopicName(name);
     if (!TopicNameError(name).empty()) {
-      out.error_code = static_cast<int16_t>(ErrorCode::kInvalidTopicException);
+      out.error_code = ErrorCode::kInvalidTopicException;
     } else if (const TopicInfo* topic = cache.FindTopic(name)) {
       FillTopic(cache, *topic, with_topic_ops, &out);
     } else if (auto_create && !out.is_internal) {
@@ -126,12 +125,12 @@ void HandleMetadata(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, 
       t->set_num_partitions(-1);
       t->set_replication_factor(-1);
       created_at.push_back(resp.topics.size());
-      out.error_code = static_cast<int16_t>(ErrorCode::kLeaderNotAvailable);
+      out.error_code = ErrorCode::kLeaderNotAvailable;
     } else {
       // The coordinators' internal topics are created by the coordinators, with their own
       // partition count and configs (offsets.topic.*, transaction.state.log.* in Kafka), not
       // with the defaults of an ordinary topic.
-      out.error_code = static_cast<int16_t>(ErrorCode::kUnknownTopicOrPartition);
+      out.error_code = ErrorCode::kUnknownTopicOrPartition;
     }
     resp.topics.push_back(std::move(out));
   }
@@ -149,7 +148,7 @@ void HandleMetadata(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, 
                            status.ok() ? "wrong number of results" : status.error_message());
           for (size_t i : created_at) {
             shared_resp->topics[i].error_code =
-                static_cast<int16_t>(ErrorCode::kUnknownTopicOrPartition);
+                ErrorCode::kUnknownTopicOrPartition;
           }
           return respond(EncodeResponse(*shared_ctx, *shared_resp));
         }
@@ -163,7 +162,7 @@ void HandleMetadata(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, 
             // As Kafka: a creation error (say a replication factor above the live brokers)
             // is the topic's error; "already exists" means another request just created it.
             KafkaLog()->warn("auto creation of topic {} failed: {}", t.name(), t.error_message());
-            out.error_code = static_cast<int16_t>(t.error_code());
+            out.error_code = protocol::ErrorFromWire(t.error_code());
           }
         }
         respond(EncodeResponse(*shared_ctx, *shared_resp));

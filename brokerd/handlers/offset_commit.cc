@@ -21,17 +21,16 @@ constexpr int16_t kFirstGroupIdNotFoundVersion = 9;
 constexpr int16_t kFirstLeaderEpochVersion = 6;
 constexpr int16_t kLastRetentionTimeVersion = 4;
 
-int16_t Wire(ErrorCode e) { return static_cast<int16_t>(e); }
 
 // Kafka's checks of the committer against the group (OffsetMetadataManager's
 // validateOffsetCommit): 0 or the group-level error.
-int16_t ValidateCommitter(group::GroupSlot* slot, const OffsetCommitRequest& req, int16_t version) {
+ErrorCode ValidateCommitter(group::GroupSlot* slot, const OffsetCommitRequest& req, int16_t version) {
   const int32_t generation = req.generation_id_or_member_epoch;
   if (slot == nullptr) {
     // No group: generation -1 is the admin client or a consumer using assign().
-    if (generation < 0) return 0;
-    return version >= kFirstGroupIdNotFoundVersion ? Wire(ErrorCode::kGroupIdNotFound)
-                                                   : Wire(ErrorCode::kIllegalGeneration);
+    if (generation < 0) return ErrorCode::kNone;
+    return version >= kFirstGroupIdNotFoundVersion ? ErrorCode::kGroupIdNotFound
+                                                   : ErrorCode::kIllegalGeneration;
   }
   if (slot->classic) {
     return slot->classic->ValidateOffsetCommit(req.member_id, req.group_instance_id, generation);
@@ -42,7 +41,7 @@ int16_t ValidateCommitter(group::GroupSlot* slot, const OffsetCommitRequest& req
   }
   // An offsets-only group is Kafka's Empty "simple" classic group: anyone with generation
   // -1; a member of it otherwise, and it has none.
-  return generation < 0 ? 0 : Wire(ErrorCode::kUnknownMemberId);
+  return generation < 0 ? ErrorCode::kNone : ErrorCode::kUnknownMemberId;
 }
 
 }  // namespace
@@ -70,24 +69,24 @@ void HandleOffsetCommit(BrokerContext& broker, std::unique_ptr<RequestContext> c
       OffsetCommitResponse::OffsetCommitResponsePartition& p = out.partitions.emplace_back();
       p.partition_index = topic.partitions[pi].partition_index;
       if (info == nullptr || info->partitions.count(p.partition_index) == 0) {
-        p.error_code = Wire(ErrorCode::kUnknownTopicOrPartition);
+        p.error_code = ErrorCode::kUnknownTopicOrPartition;
         continue;
       }
       valid.push_back({ti, pi});
     }
   }
-  auto set_all = [&resp, &valid](int16_t error) {
+  auto set_all = [&resp, &valid](ErrorCode error) {
     for (const Item& it : valid) resp->topics[it.topic].partitions[it.partition].error_code = error;
   };
   if (valid.empty()) return respond(EncodeResponse(*ctx, *resp));
 
   group::Coordinator::Route route = broker.groups.RouteGroup(req.group_id);
-  if (route.error != 0) {
+  if (route.error != ErrorCode::kNone) {
     set_all(route.error);
     return respond(EncodeResponse(*ctx, *resp));
   }
   group::Shard& shard = *route.shard;
-  if (int16_t error = ValidateCommitter(shard.Find(req.group_id), req, version); error != 0) {
+  if (ErrorCode error = ValidateCommitter(shard.Find(req.group_id), req, version); error != ErrorCode::kNone) {
     set_all(error);
     return respond(EncodeResponse(*ctx, *resp));
   }
@@ -105,7 +104,7 @@ void HandleOffsetCommit(BrokerContext& broker, std::unique_ptr<RequestContext> c
     auto& out = resp->topics[it.topic].partitions[it.partition];
     const std::string metadata = in.committed_metadata.value_or("");
     if (static_cast<int64_t>(metadata.size()) > shard.config().offset_metadata_max_bytes) {
-      out.error_code = Wire(ErrorCode::kOffsetMetadataTooLarge);
+      out.error_code = ErrorCode::kOffsetMetadataTooLarge;
       continue;
     }
     group::Shard::Commit c;
@@ -123,7 +122,7 @@ void HandleOffsetCommit(BrokerContext& broker, std::unique_ptr<RequestContext> c
 
   std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);
   shard.CommitOffsets(req.group_id, std::move(commits),
-                      [resp, written, shared_ctx, respond](int16_t error) {
+                      [resp, written, shared_ctx, respond](ErrorCode error) {
                         for (const Item& it : written) {
                           resp->topics[it.topic].partitions[it.partition].error_code = error;
                         }

@@ -15,7 +15,6 @@ using protocol::ErrorCode;
 using protocol::OffsetDeleteRequest;
 using protocol::OffsetDeleteResponse;
 
-int16_t Wire(ErrorCode e) { return static_cast<int16_t>(e); }
 
 }  // namespace
 
@@ -25,22 +24,22 @@ void HandleOffsetDelete(BrokerContext& broker, std::unique_ptr<RequestContext> c
   if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
 
   auto resp = std::make_shared<OffsetDeleteResponse>();
-  auto fail = [&](int16_t error) {
+  auto fail = [&](ErrorCode error) {
     resp->error_code = error;
     respond(EncodeResponse(*ctx, *resp));
   };
-  if (req.group_id.empty()) return fail(Wire(ErrorCode::kInvalidGroupId));
+  if (req.group_id.empty()) return fail(ErrorCode::kInvalidGroupId);
   group::Coordinator::Route route = broker.groups.RouteGroup(req.group_id);
-  if (route.error != 0) return fail(route.error);
+  if (route.error != ErrorCode::kNone) return fail(route.error);
   group::Shard& shard = *route.shard;
   group::GroupSlot* slot = shard.Find(req.group_id);
-  if (slot == nullptr) return fail(Wire(ErrorCode::kGroupIdNotFound));
+  if (slot == nullptr) return fail(ErrorCode::kGroupIdNotFound);
   if (slot->classic) {
     const auto state = slot->classic->state();
-    if (state == group::ClassicGroup::State::kDead) return fail(Wire(ErrorCode::kGroupIdNotFound));
+    if (state == group::ClassicGroup::State::kDead) return fail(ErrorCode::kGroupIdNotFound);
     if (state != group::ClassicGroup::State::kEmpty &&
         slot->classic->protocol_type() != "consumer") {
-      return fail(Wire(ErrorCode::kNonEmptyGroup));
+      return fail(ErrorCode::kNonEmptyGroup);
     }
   }
   // nullopt: subscribed to every topic (member metadata Kafka could not parse either).
@@ -54,15 +53,15 @@ void HandleOffsetDelete(BrokerContext& broker, std::unique_ptr<RequestContext> c
       OffsetDeleteResponse::OffsetDeleteResponsePartition& op = out.partitions.emplace_back();
       op.partition_index = p.partition_index;
       if (is_subscribed) {
-        op.error_code = Wire(ErrorCode::kGroupSubscribedToTopic);
+        op.error_code = ErrorCode::kGroupSubscribedToTopic;
       } else {
         to_delete.emplace_back(topic.name, p.partition_index);
       }
     }
   }
   std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);
-  shard.DeleteOffsets(req.group_id, to_delete, [resp, shared_ctx, respond](int16_t error) {
-    if (error != 0) {
+  shard.DeleteOffsets(req.group_id, to_delete, [resp, shared_ctx, respond](ErrorCode error) {
+    if (error != ErrorCode::kNone) {
       // Kafka answers a failed write with the top-level error alone.
       OffsetDeleteResponse failed;
       failed.error_code = error;

@@ -20,14 +20,13 @@ using protocol::OffsetFetchResponse;
 constexpr int16_t kFirstTopLevelErrorVersion = 2;
 constexpr int16_t kFirstMultiGroupVersion = 8;
 
-int16_t Wire(ErrorCode e) { return static_cast<int16_t>(e); }
 
 struct PartitionResult {
   int32_t partition = 0;
   int64_t offset = -1;
   int32_t leader_epoch = -1;
   std::string metadata;
-  int16_t error = 0;
+  ErrorCode error = ErrorCode::kNone;
 };
 struct TopicResult {
   std::string name;
@@ -40,7 +39,7 @@ struct GroupQuery {
   std::optional<std::vector<std::pair<std::string, std::vector<int32_t>>>> topics;
 };
 struct GroupResult {
-  int16_t error = 0;
+  ErrorCode error = ErrorCode::kNone;
   std::vector<TopicResult> topics;
 };
 
@@ -51,7 +50,7 @@ PartitionResult Lookup(const group::GroupSlot* slot, const std::string& topic, i
   if (slot == nullptr) return r;
   const group::TopicPartition tp{topic, partition};
   if (require_stable && slot->pending_partitions.count(tp) > 0) {
-    r.error = Wire(ErrorCode::kUnstableOffsetCommit);
+    r.error = ErrorCode::kUnstableOffsetCommit;
     return r;
   }
   auto it = slot->offsets.find(tp);
@@ -65,21 +64,21 @@ PartitionResult Lookup(const group::GroupSlot* slot, const std::string& topic, i
 GroupResult FetchGroup(BrokerContext& broker, const GroupQuery& q, bool require_stable) {
   GroupResult result;
   group::Coordinator::Route route = broker.groups.RouteGroup(q.group_id);
-  if (route.error != 0) {
+  if (route.error != ErrorCode::kNone) {
     result.error = route.error;
     return result;
   }
   const group::GroupSlot* slot = route.shard->Find(q.group_id);
   if (slot != nullptr) {
-    int16_t error = 0;
+    ErrorCode error = ErrorCode::kNone;
     if (slot->consumer && (q.member_id.has_value() || q.member_epoch >= 0)) {
       error = slot->consumer->ValidateOffsetFetch(q.member_id.value_or(""), q.member_epoch);
     } else if (slot->classic) {
       error = slot->classic->ValidateOffsetFetch(q.member_id.value_or(""), q.member_epoch);
     }
-    if (error == Wire(ErrorCode::kGroupIdNotFound)) {
+    if (error == ErrorCode::kGroupIdNotFound) {
       slot = nullptr;  // a Dead group: as if it did not exist
-    } else if (error != 0) {
+    } else if (error != ErrorCode::kNone) {
       result.error = error;
       return result;
     }
@@ -159,7 +158,7 @@ void HandleOffsetFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ct
       AppendTopics(r.topics, &g.topics);
       continue;
     }
-    if (r.error != 0 && version < kFirstTopLevelErrorVersion && q.topics.has_value()) {
+    if (r.error != ErrorCode::kNone && version < kFirstTopLevelErrorVersion && q.topics.has_value()) {
       // No top-level error before v2: the group's error goes on each asked partition.
       for (const auto& [name, partitions] : *q.topics) {
         TopicResult& t = r.topics.emplace_back();
@@ -171,7 +170,7 @@ void HandleOffsetFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ct
         }
       }
     }
-    resp.error_code = version >= kFirstTopLevelErrorVersion ? r.error : 0;
+    resp.error_code = version >= kFirstTopLevelErrorVersion ? r.error : ErrorCode::kNone;
     AppendTopics(r.topics, &resp.topics);
   }
   respond(EncodeResponse(*ctx, resp));

@@ -51,7 +51,7 @@ void HandleOffsetForLeaderEpoch(BrokerContext& broker, std::unique_ptr<RequestCo
       out.partition = partition.partition;
       out.leader_epoch = -1;
       out.end_offset = -1;
-      auto fail = [&out](ErrorCode error) { out.error_code = static_cast<int16_t>(error); };
+      auto fail = [&out](ErrorCode error) { out.error_code = error; };
       const PartitionInfo* p = nullptr;
       if (ErrorCode e = CheckLocalPartition(broker, info, partition.partition,
                                             partition.current_leader_epoch, &p);
@@ -78,13 +78,13 @@ void HandleOffsetForLeaderEpoch(BrokerContext& broker, std::unique_ptr<RequestCo
         for (size_t i = 0; i < pending->slots.size(); ++i) {
           auto* out = pending->slots[i];
           if (!status.ok() || i >= static_cast<size_t>(result.partitions_size())) {
-            out->error_code = static_cast<int16_t>(status.ok() ? ErrorCode::kUnknownServerError
-                                                               : StorageCallError(status));
+            out->error_code =
+                status.ok() ? ErrorCode::kUnknownServerError : StorageCallError(status);
             continue;
           }
           const storage::OffsetsForLeaderEpochPartitionResult& r =
               result.partitions(static_cast<int>(i));
-          out->error_code = static_cast<int16_t>(r.error_code());
+          out->error_code = protocol::ErrorFromWire(r.error_code());
           if (r.error_code() != 0) continue;
           out->leader_epoch = r.leader_epoch();
           out->end_offset = r.end_offset();

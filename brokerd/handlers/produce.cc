@@ -13,6 +13,7 @@
 #include "brokerd/handlers/handler.h"
 #include "brokerd/handlers/wait.h"
 #include "common/record/batch.h"
+#include "common/util/big_endian.h"
 
 namespace runnel::brokerd {
 namespace {
@@ -26,18 +27,9 @@ constexpr int16_t kFirstZstdVersion = 7;
 constexpr size_t kMagicOffset = 16;
 constexpr size_t kAttributesOffset = 21;
 
-uint32_t BigEndian32(const uint8_t* p) {
-  return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3];
-}
-
-struct Check {
-  ErrorCode error = ErrorCode::kNone;
-  std::string message;
-};
-
 // Kafka's request-level rules for the records of one partition (v3+): exactly one batch,
 // magic 2, zstd only from v7. Everything inside the batch is storaged's to check.
-Check CheckRecords(std::optional<std::span<const uint8_t>> records, int16_t version) {
+protocol::KafkaError CheckRecords(std::optional<std::span<const uint8_t>> records, int16_t version) {
   if (!records || records->empty()) {
     return {ErrorCode::kInvalidRecord,
             "Produce requests with version 3 and above must have exactly one record batch"};
@@ -46,7 +38,7 @@ Check CheckRecords(std::optional<std::span<const uint8_t>> records, int16_t vers
   if (bytes.size() < record::kBatchHeaderSize) {
     return {ErrorCode::kCorruptMessage, "the record batch is shorter than its header"};
   }
-  const uint64_t length = BigEndian32(bytes.data() + 8);
+  const uint64_t length = LoadBigEndian32(bytes.data() + 8);
   if (record::kLogOverhead + length < bytes.size()) {
     return {ErrorCode::kInvalidRecord,
             "Produce requests with version 3 and above must have exactly one record batch"};
@@ -78,7 +70,7 @@ struct Pending {
     // telling such a producer to refresh its metadata).
     for (const auto& t : resp.responses) {
       for (const auto& p : t.partition_responses) {
-        if (p.error_code != 0) return respond(Response::Close());
+        if (p.error_code != ErrorCode::kNone) return respond(Response::Close());
       }
     }
     respond(Response::None());
@@ -119,7 +111,7 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
       out.index = partition.index;
       out.base_offset = -1;
       auto fail = [&out, version](ErrorCode error, std::string message) {
-        out.error_code = static_cast<int16_t>(error);
+        out.error_code = error;
         if (version >= 8 && !message.empty()) out.error_message = std::move(message);
       };
       if (version < kMinServedVersion) {
@@ -147,9 +139,9 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
         continue;
       }
       const std::optional<std::span<const uint8_t>> records = partition.records.Contiguous();
-      Check check = CheckRecords(records, version);
-      if (check.error != ErrorCode::kNone) {
-        fail(check.error, std::move(check.message));
+      protocol::KafkaError check = CheckRecords(records, version);
+      if (!check.ok()) {
+        fail(check.code, std::move(check.message));
         continue;
       }
       storage::AppendPartition append;
@@ -171,13 +163,13 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
         [&broker, pending, out, version](const grpc::Status& status,
                                          const storage::AppendPartitionResult& r) {
           if (!status.ok()) {
-            out->error_code = static_cast<int16_t>(StorageCallError(status));
+            out->error_code = StorageCallError(status);
             if (version >= 8) out->error_message = status.error_message();
           } else {
             // Fetches waiting for these records answer now, not at the watch stream's turn,
             // and from where the answer says they lie.
             broker.partitions.AppendAnswered(r);
-            out->error_code = static_cast<int16_t>(r.error_code());
+            out->error_code = protocol::ErrorFromWire(r.error_code());
             out->base_offset = r.base_offset();
             out->log_append_time_ms = r.log_append_time();
             out->log_start_offset = r.log_start_offset();

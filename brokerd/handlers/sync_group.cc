@@ -20,7 +20,7 @@ void HandleSyncGroup(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
   auto answer = [shared, respond](SyncGroupResponse r) { respond(EncodeResponse(*shared, r)); };
   auto fail = [&](ErrorCode error) {
     SyncGroupResponse r;
-    r.error_code = ToWire(error);
+    r.error_code = error;
     answer(std::move(r));
   };
   // From v5 the client must name the protocol type and name it synced for.
@@ -30,7 +30,7 @@ void HandleSyncGroup(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
   if (req.group_id.empty()) return fail(ErrorCode::kInvalidGroupId);
 
   auto route = broker.groups.RouteGroup(req.group_id);
-  if (route.error != 0) return fail(static_cast<ErrorCode>(route.error));
+  if (route.error != ErrorCode::kNone) return fail(static_cast<ErrorCode>(route.error));
   group::GroupSlot* slot = route.shard->Find(req.group_id);
   if (slot == nullptr || !slot->classic) return fail(ErrorCode::kUnknownMemberId);
 

@@ -94,26 +94,4 @@ protocol::ErrorCode CheckLocalPartition(const BrokerContext& broker, const Topic
   return ErrorCode::kNone;
 }
 
-protocol::ErrorCode StorageCallError(const grpc::Status& status) {
-  switch (status.error_code()) {
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return protocol::ErrorCode::kRequestTimedOut;
-    case grpc::StatusCode::UNAVAILABLE:
-      return protocol::ErrorCode::kNotLeaderOrFollower;
-    default:
-      return protocol::ErrorCode::kKafkaStorageError;
-  }
-}
-
-protocol::ErrorCode ControllerCallError(const grpc::Status& status) {
-  switch (status.error_code()) {
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return protocol::ErrorCode::kRequestTimedOut;
-    case grpc::StatusCode::UNAVAILABLE:
-      return protocol::ErrorCode::kNotController;
-    default:
-      return protocol::ErrorCode::kUnknownServerError;
-  }
-}
-
 }  // namespace runnel::brokerd

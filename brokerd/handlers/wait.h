@@ -29,12 +29,4 @@ protocol::ErrorCode CheckLocalPartition(const BrokerContext& broker, const Topic
                                         const PartitionInfo** partition,
                                         bool leader_only = true);
 
-// The Kafka error for a failed storaged call: a timeout is REQUEST_TIMED_OUT; storaged
-// restarting (unavailable) is NOT_LEADER_OR_FOLLOWER, so the client refreshes its metadata
-// and retries; anything else is KAFKA_STORAGE_ERROR.
-protocol::ErrorCode StorageCallError(const grpc::Status& status);
-
-// The Kafka error for a failed controller call.
-protocol::ErrorCode ControllerCallError(const grpc::Status& status);
-
 }  // namespace runnel::brokerd

@@ -212,7 +212,7 @@ std::vector<KeyDef> Declare() {
        "How often the coordinator looks for expired offsets."},
       {"offsets.commit.timeout.ms", KeyType::kInt, "5000", 1, INT32_MAX,
        "Longest an offset commit or group write waits to be stored before it fails with "
-       "REQUEST_TIMED_OUT."},
+       "COORDINATOR_NOT_AVAILABLE (the client retries)."},
       {"offset.metadata.max.bytes", KeyType::kInt, "4096", 0, INT32_MAX,
        "Largest metadata string of one committed offset; a longer one is "
        "OFFSET_METADATA_TOO_LARGE."},

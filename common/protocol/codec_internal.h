@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/protocol/error_code.h"
 #include "common/protocol/wire.h"
 #include "common/util/strong_int.h"
 
@@ -50,6 +51,19 @@ absl::Status ReadStrong(Reader& r, StrongInt<Tag, int64_t>* out) {
   *out = StrongInt<Tag, int64_t>(v);
   return s;
 }
+inline absl::Status ReadStrong(Reader& r, ErrorCode* out) {
+  int16_t v;
+  absl::Status s = r.ReadInt16(&v);
+  *out = static_cast<ErrorCode>(v);
+  return s;
+}
+
+// The wire value of a strong id or an error code.
+template <typename Tag, typename T>
+constexpr T Raw(StrongInt<Tag, T> v) {
+  return v.value();
+}
+constexpr int16_t Raw(ErrorCode e) { return ToWire(e); }
 
 // ---- arrays ----
 

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
+#include <string>
 #include <string_view>
 
 namespace runnel::protocol {
@@ -172,5 +174,26 @@ constexpr bool IsRetriable(ErrorCode code) {
 }
 
 constexpr int16_t ToWire(ErrorCode code) { return static_cast<int16_t>(code); }
+
+// The code a gRPC message of ours carries as an integer (storaged's and controllerd's answers
+// hold Kafka codes). Any int16 is an ErrorCode; a wider number is not Kafka's and reads as
+// UNKNOWN_SERVER_ERROR.
+constexpr ErrorCode ErrorFromWire(int32_t code) {
+  return code >= INT16_MIN && code <= INT16_MAX ? static_cast<ErrorCode>(code)
+                                                : ErrorCode::kUnknownServerError;
+}
+
+// "NAME (code)", for logs and test failure messages.
+std::ostream& operator<<(std::ostream& os, ErrorCode code);
+
+// A Kafka error as a client gets it: the code, and the text for the response's error message
+// field (empty when there is none). Every handler, coordinator and validator reports its
+// failures as one, so a code never travels without its reason.
+struct KafkaError {
+  ErrorCode code = ErrorCode::kNone;
+  std::string message;
+
+  bool ok() const { return code == ErrorCode::kNone; }
+};
 
 }  // namespace runnel::protocol

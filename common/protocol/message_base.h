@@ -1,4 +1,5 @@
-// What every generated message header needs: wire primitives, Uuid, Records, strong ids.
+// What every generated message header needs: wire primitives, Uuid, Records, strong ids, error
+// codes.
 #pragma once
 
 #include <absl/status/status.h>
@@ -9,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/protocol/error_code.h"
 #include "common/protocol/records.h"
 #include "common/protocol/uuid.h"
 #include "common/protocol/wire.h"

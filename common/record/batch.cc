@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/util/crc32c.h"
+#include "common/util/big_endian.h"
 
 namespace runnel::record {
 namespace {
@@ -41,17 +42,8 @@ constexpr uint16_t kTransactionalBit = 0x10;
 constexpr uint16_t kControlBit = 0x20;
 constexpr uint16_t kDeleteHorizonBit = 0x40;
 
-uint64_t LoadBE(const uint8_t* p, size_t n) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < n; ++i) v = (v << 8) | p[i];
-  return v;
-}
-void StoreBE(uint8_t* p, uint64_t v, size_t n) {
-  for (size_t i = n; i > 0; --i) {
-    p[i - 1] = static_cast<uint8_t>(v);
-    v >>= 8;
-  }
-}
+constexpr auto LoadBE = LoadBigEndian;
+constexpr auto StoreBE = StoreBigEndian;
 int16_t Load16(ByteSpan b, size_t at) { return static_cast<int16_t>(LoadBE(&b[at], 2)); }
 int32_t Load32(ByteSpan b, size_t at) { return static_cast<int32_t>(LoadBE(&b[at], 4)); }
 int64_t Load64(ByteSpan b, size_t at) { return static_cast<int64_t>(LoadBE(&b[at], 8)); }
@@ -270,8 +262,8 @@ bool FastWalkRecords(ByteSpan payload, int32_t count, const FastWalkRules& r) {
   return p == end;
 }
 
-BatchError Error(ErrorCode code, std::string message) {
-  return BatchError{code, std::move(message)};
+protocol::KafkaError Error(ErrorCode code, std::string message) {
+  return protocol::KafkaError{code, std::move(message)};
 }
 
 }  // namespace
@@ -392,7 +384,7 @@ Status ForEachRecord(const BatchView& batch, const std::function<bool(const Reco
 
 // ---- ValidateBatch ----
 
-BatchError ValidateBatch(ByteSpan batch, const ValidationOptions& options) {
+protocol::KafkaError ValidateBatch(ByteSpan batch, const ValidationOptions& options) {
   // Framing first, in the order Kafka's batch iterator reads it: length, magic, then the rest.
   if (batch.size() < kLogOverhead) {
     return Error(ErrorCode::kCorruptMessage,

@@ -145,14 +145,6 @@ StatusOr<std::vector<uint8_t>> Compress(Compression codec, ByteSpan input);
 Status ForEachRecord(const BatchView& batch, const std::function<bool(const Record&)>& fn,
                      size_t max_decompressed = 64 << 20);
 
-// What append-time validation found wrong, as the Kafka error a producer gets and a message
-// for the error_message field / log.
-struct BatchError {
-  protocol::ErrorCode code = protocol::ErrorCode::kNone;
-  std::string message;
-  bool ok() const { return code == protocol::ErrorCode::kNone; }
-};
-
 struct ValidationOptions {
   int32_t max_batch_bytes = 1048588;  // max.message.bytes: the whole batch incl. overhead
   bool require_keys = false;          // compacted topic: null keys are INVALID_RECORD
@@ -181,7 +173,7 @@ struct ValidationOptions {
 //   (INVALID_RECORD), null key when required (INVALID_RECORD, "Compacted topic cannot accept
 //   message without key"), timestamp out of range (INVALID_TIMESTAMP).
 // Messages do not name the partition; the caller may prefix it.
-BatchError ValidateBatch(ByteSpan batch, const ValidationOptions& options);
+protocol::KafkaError ValidateBatch(ByteSpan batch, const ValidationOptions& options);
 
 // Splits a records payload (several batches back to back) into batches; any trailing
 // bytes that are not a whole batch are an error (kDataLoss naming the byte position; Kafka

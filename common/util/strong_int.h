@@ -1,4 +1,4 @@
-// Strong integer types for ids: a NodeId is not a PartitionId is not an Offset.
+// Strong integer types for ids: a NodeId is not a ProducerId is not an int.
 #pragma once
 
 #include <compare>
@@ -24,12 +24,10 @@ class StrongInt {
   T value_{};
 };
 
+// The ids the codec types (common/protocol/codegen/model.py's STRONG_IDS). A new one is
+// declared with its first use, not ahead of it.
 using NodeId = StrongInt<struct NodeIdTag, int32_t>;
-using PartitionId = StrongInt<struct PartitionIdTag, int32_t>;
-using Offset = StrongInt<struct OffsetTag, int64_t>;
-using LeaderEpoch = StrongInt<struct LeaderEpochTag, int32_t>;
 using ProducerId = StrongInt<struct ProducerIdTag, int64_t>;
-using Term = StrongInt<struct TermTag, int64_t>;
 
 }  // namespace runnel
 

@@ -404,7 +404,7 @@ AppendResult Log::Append(std::span<uint8_t> records, int32_t leader_epoch) {
   }
   for (size_t i = 0; i < batches->size(); ++i) {
     const record::BatchView& b = (*batches)[i];
-    record::BatchError e = record::ValidateBatch(b.bytes(), vo);
+    protocol::KafkaError e = record::ValidateBatch(b.bytes(), vo);
     if (!e.ok()) {
       std::string message = e.message;
       if (e.code == ErrorCode::kInvalidRecord && cfg.cleanup_compact) {

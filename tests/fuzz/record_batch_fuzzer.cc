@@ -69,11 +69,11 @@ void CheckBatch(const BatchView& batch) {
   replica.now_ms = 1700000000000;
   replica.timestamp_before_max_ms = 7 * 24 * 3600 * 1000LL;
   replica.timestamp_after_max_ms = 3600 * 1000LL;
-  const BatchError from_producer = ValidateBatch(batch.bytes(), producer);
+  const protocol::KafkaError from_producer = ValidateBatch(batch.bytes(), producer);
   (void)ValidateBatch(batch.bytes(), replica);
 
   std::optional<std::vector<OwnedRecord>> records = ReadRecords(batch);
-  const BatchError relaxed = ValidateBatch(
+  const protocol::KafkaError relaxed = ValidateBatch(
       batch.bytes(),
       ValidationOptions{.from_client = false, .max_decompressed_bytes = kMaxDecompressed});
   if (from_producer.ok() && !relaxed.ok()) Fail("a producer batch fails the relaxed checks");
@@ -114,7 +114,7 @@ void CheckBatch(const BatchView& batch) {
       again->base_sequence() != batch.base_sequence()) {
     Fail("rebuilt batch header");
   }
-  const BatchError rebuilt_relaxed = ValidateBatch(
+  const protocol::KafkaError rebuilt_relaxed = ValidateBatch(
       *rebuilt,
       ValidationOptions{.from_client = false, .max_decompressed_bytes = kMaxDecompressed});
   if (!rebuilt_relaxed.ok()) {

@@ -58,6 +58,24 @@ class ModelTest(unittest.TestCase):
         # Item: int32 + (v1+) string; min over versions is v0's 4 bytes.
         self.assertEqual(m.min_element_size(items), 4)
 
+    def test_error_code_fields_are_typed(self):
+        m = load("""\
+response FooResponse key=99 versions=0-1
+  ErrorCode int16 versions=0+
+  TopicConfigErrorCode int16 versions=1+ default=-1
+  ErrorCount int16 versions=0+
+  LegacyErrorCode int32 versions=0+
+""")
+        code, config_code, count, wide = m.root.fields
+        self.assertEqual(code.cpp_type(), "ErrorCode")
+        self.assertEqual(code.initializer(), "{}")  # NONE; an enum has no default of its own
+        self.assertEqual(code.is_default_expr("x"), "internal::Raw(x) == 0")
+        self.assertEqual(config_code.cpp_type(), "ErrorCode")
+        self.assertEqual(config_code.initializer(), "{-1}")
+        # Only int16 fields named ...ErrorCode: a count or a wider integer stays an integer.
+        self.assertEqual(count.cpp_type(), "int16_t")
+        self.assertEqual(wide.cpp_type(), "int32_t")
+
     def test_version_conditions(self):
         v = model.Versions.parse("2-5", "x")
         self.assertEqual(v.cond("v", 0, 10), "v >= 2 && v <= 5")

@@ -172,7 +172,7 @@ def _enc_value(ctx, f, t, acc, w, depth, optional):
               "int64": "WriteInt64", "uint16": "WriteUint16", "uint32": "WriteUint32",
               "float64": "WriteFloat64", "bool": "WriteBool", "uuid": "WriteUuid"}[k]
     if t.strong:
-        acc = "%s.value()" % acc
+        acc = "internal::Raw(%s)" % acc
     return "%s.%s(%s);" % (w, method, acc)
 
 

@@ -25,9 +25,12 @@ CPP_PRIMITIVE = {
 }
 # Which entity types become strong ids, per wire type.
 STRONG_IDS = {("brokerId", "int32"): "NodeId", ("producerId", "int64"): "ProducerId"}
+# An int16 field whose name ends so holds a Kafka error code: it becomes `ErrorCode`, the enum
+# of common/protocol/error_code.h (any int16 is a value of it, so decoding never fails on it).
+ERROR_CODE_SUFFIX = "ErrorCode"
 # Names a nested struct may not take: they would hide the codec's own types inside messages.
 RESERVED_TYPE_NAMES = {"Uuid", "Records", "Bytes", "RawTaggedField", "Reader", "Writer",
-                       "SizeCounter", "NodeId", "ProducerId"}
+                       "SizeCounter", "NodeId", "ProducerId", "ErrorCode"}
 CPP_KEYWORDS = set("""alignas alignof and and_eq asm auto bitand bitor bool break case catch
 char char8_t char16_t char32_t class compl concept const consteval constexpr constinit
 const_cast continue co_await co_return co_yield decltype default delete do double dynamic_cast
@@ -235,7 +238,8 @@ class Field:
         if k in INT_RANGES:
             v = self.int_default()
             if self.type.strong:
-                return "{%s}" % _int_literal(v, k) if v != 0 else ""
+                # `{}` too: an ErrorCode is an enum, which has no default of its own.
+                return "{%s}" % (_int_literal(v, k) if v != 0 else "")
             return " = %s" % _int_literal(v, k)
         if k == "bool":
             return " = %s" % ("true" if self.bool_default() else "false")
@@ -280,7 +284,7 @@ class Field:
         if k in INT_RANGES:
             v = _int_literal(self.int_default(), k)
             if self.type.strong:
-                return "%s.value() == %s" % (acc, v)
+                return "internal::Raw(%s) == %s" % (acc, v)
             return "%s == %s" % (acc, v)
         if k == "bool":
             return "%s == %s" % (acc, "true" if self.bool_default() else "false")
@@ -447,6 +451,8 @@ class Message:
             if base == "records" and is_array:
                 raise SchemaError("%s: arrays of records are not a Kafka type" % f.where)
             strong = STRONG_IDS.get((f.entity, base))
+            if base == "int16" and f.name.endswith(ERROR_CODE_SUFFIX):
+                strong = "ErrorCode"
             t = Type(base, strong=strong)
             return Type("array", element=t) if is_array else t
         if not re.match(r"^[A-Z][A-Za-z0-9]*$", base):

@@ -22,13 +22,13 @@ using protocol::SyncGroupResponse;
 using protocol::ToWire;
 using Bytes = std::vector<uint8_t>;
 
-constexpr int16_t kNone = 0;
-const int16_t kUnknownMember = ToWire(ErrorCode::kUnknownMemberId);
-const int16_t kIllegalGeneration = ToWire(ErrorCode::kIllegalGeneration);
-const int16_t kRebalanceInProgress = ToWire(ErrorCode::kRebalanceInProgress);
-const int16_t kMemberIdRequired = ToWire(ErrorCode::kMemberIdRequired);
-const int16_t kFenced = ToWire(ErrorCode::kFencedInstanceId);
-const int16_t kInconsistent = ToWire(ErrorCode::kInconsistentGroupProtocol);
+constexpr ErrorCode kNone = ErrorCode::kNone;
+constexpr ErrorCode kUnknownMember = ErrorCode::kUnknownMemberId;
+constexpr ErrorCode kIllegalGeneration = ErrorCode::kIllegalGeneration;
+constexpr ErrorCode kRebalanceInProgress = ErrorCode::kRebalanceInProgress;
+constexpr ErrorCode kMemberIdRequired = ErrorCode::kMemberIdRequired;
+constexpr ErrorCode kFenced = ErrorCode::kFencedInstanceId;
+constexpr ErrorCode kInconsistent = ErrorCode::kInconsistentGroupProtocol;
 
 // A shard stand-in: a virtual clock whose timers run only when the test advances time, and
 // writes that stay pending until the test completes them.
@@ -46,7 +46,7 @@ class FakeEnv : public GroupEnv {
     return id;
   }
   void CancelTimer(TimerId id) override { timers_.erase(id); }
-  void Write(std::vector<LogRecord> records, std::function<void(int16_t)> done) override {
+  void Write(std::vector<LogRecord> records, std::function<void(ErrorCode)> done) override {
     writes_.push_back(records);
     pending_.push_back(std::move(done));
   }
@@ -72,7 +72,7 @@ class FakeEnv : public GroupEnv {
   }
 
   // Completes the oldest pending write with `error`.
-  void CompleteWrite(int16_t error = 0) {
+  void CompleteWrite(ErrorCode error = ErrorCode::kNone) {
     ASSERT_FALSE(pending_.empty());
     auto done = std::move(pending_.front());
     pending_.pop_front();
@@ -92,7 +92,7 @@ class FakeEnv : public GroupEnv {
   TimerId next_timer_ = 1;
   std::map<TimerId, Timer> timers_;
   std::vector<std::vector<LogRecord>> writes_;
-  std::deque<std::function<void(int16_t)>> pending_;
+  std::deque<std::function<void(ErrorCode)>> pending_;
 };
 
 struct JoinResult {
@@ -201,13 +201,13 @@ class ClassicGroupTest : public ::testing::Test {
 
   struct LeaveOutcome {
     bool done = false;
-    int16_t error = -2;
+    ErrorCode error = static_cast<ErrorCode>(-2);  // not answered
     std::vector<ClassicGroup::LeaveResult> members;
   };
   std::shared_ptr<LeaveOutcome> Leave(std::vector<ClassicGroup::LeaveMember> members) {
     auto out = std::make_shared<LeaveOutcome>();
     group_.Leave(std::move(members),
-                 [out](int16_t error, std::vector<ClassicGroup::LeaveResult> r) {
+                 [out](ErrorCode error, std::vector<ClassicGroup::LeaveResult> r) {
                    out->done = true;
                    out->error = error;
                    out->members = std::move(r);
@@ -240,7 +240,7 @@ class ClassicGroupTest : public ::testing::Test {
     std::vector<std::pair<std::string, Bytes>> assignments;
     for (const auto& id : ids) assignments.emplace_back(id, B("assign-" + id));
     syncs.insert(syncs.begin(), Sync(ids[0], gen, assignments));
-    env_.CompleteWrite(0);
+    env_.CompleteWrite(ErrorCode::kNone);
     for (auto& s : syncs) {
       EXPECT_TRUE(s->done);
       EXPECT_EQ(s->response.error_code, kNone);
@@ -337,7 +337,7 @@ TEST_F(ClassicGroupTest, ThreeMembersJoinSyncAndLeaderGetsMetadata) {
     EXPECT_FALSE(m.subscription.empty());
   }
 
-  env_.CompleteWrite(0);
+  env_.CompleteWrite(ErrorCode::kNone);
   EXPECT_EQ(group_.StateName(), "Stable");
   syncs.push_back(leader_sync);
   for (auto& s : syncs) {
@@ -396,7 +396,7 @@ TEST_F(ClassicGroupTest, MemberIdRequiredOldVersionsAndUnknownMembers) {
 
   auto bad_timeout = Join("", JoinOptions().Session(10));
   ASSERT_TRUE(bad_timeout->done);
-  EXPECT_EQ(bad_timeout->response.error_code, ToWire(ErrorCode::kInvalidSessionTimeout));
+  EXPECT_EQ(bad_timeout->response.error_code, ErrorCode::kInvalidSessionTimeout);
 }
 
 TEST_F(ClassicGroupTest, IllegalGeneration) {
@@ -442,7 +442,7 @@ TEST_F(ClassicGroupTest, LeaveTriggersRebalanceThenEmptyIsPersisted) {
   EXPECT_EQ(empty.generation, 3);
   EXPECT_EQ(empty.protocol_type, "consumer");
   EXPECT_FALSE(empty.protocol.has_value());
-  env_.CompleteWrite(0);
+  env_.CompleteWrite(ErrorCode::kNone);
   ASSERT_TRUE(last->done);
   ASSERT_EQ(last->members.size(), 2u);
   EXPECT_EQ(last->members[0].error, kNone);
@@ -503,7 +503,7 @@ TEST_F(ClassicGroupTest, PendingSyncExpiryRemovesMember) {
   const std::string follower =
       j1->response.member_id == leader ? j2->response.member_id : j1->response.member_id;
   auto s = Sync(leader, 1, {{leader, B("x")}, {follower, B("y")}});
-  env_.CompleteWrite(0);
+  env_.CompleteWrite(ErrorCode::kNone);
   ASSERT_TRUE(s->done);
   EXPECT_EQ(group_.StateName(), "Stable");
   // The follower never sends SyncGroup: it is dropped after the rebalance timeout and the
@@ -537,7 +537,7 @@ TEST_F(ClassicGroupTest, StaticMemberRejoinsWithoutRebalanceAndOldIdIsFenced) {
     Sync(id_a, 1, {}, "inst-a");
     Sync(old_b, 1, plan, "inst-b");
   }
-  env_.CompleteWrite(0);
+  env_.CompleteWrite(ErrorCode::kNone);
   ASSERT_EQ(group_.StateName(), "Stable");
   const int32_t generation = group_.generation();
   const size_t writes_before = env_.writes().size();
@@ -547,7 +547,7 @@ TEST_F(ClassicGroupTest, StaticMemberRejoinsWithoutRebalanceAndOldIdIsFenced) {
   EXPECT_EQ(group_.StateName(), "Stable");
   ASSERT_EQ(env_.writes().size(), writes_before + 1);
   EXPECT_FALSE(jb2->done);  // answered once the new member id is written
-  env_.CompleteWrite(0);
+  env_.CompleteWrite(ErrorCode::kNone);
   ASSERT_TRUE(jb2->done);
   EXPECT_EQ(jb2->response.error_code, kNone);
   const std::string new_b = jb2->response.member_id;
@@ -643,7 +643,7 @@ TEST_F(ClassicGroupTest, SyncChecksProtocolTypeAndName) {
   p.generation_id = 1;
   p.protocol_type = "consumer";
   p.protocol_name = "roundrobin";
-  int16_t error = -2;
+  ErrorCode error = static_cast<ErrorCode>(-2);  // not answered
   group_.Sync(p, [&](SyncGroupResponse r) { error = r.error_code; });
   EXPECT_EQ(error, kInconsistent);
   p.protocol_name = "range";
@@ -659,7 +659,7 @@ TEST_F(ClassicGroupTest, MaxSize) {
   auto ids = FormStableGroup(2);
   auto third = Join("");
   ASSERT_TRUE(third->done);
-  EXPECT_EQ(third->response.error_code, ToWire(ErrorCode::kGroupMaxSizeReached));
+  EXPECT_EQ(third->response.error_code, ErrorCode::kGroupMaxSizeReached);
   EXPECT_EQ(group_.member_count(), 2u);
   EXPECT_EQ(group_.StateName(), "Stable");
 }
@@ -674,10 +674,10 @@ TEST_F(ClassicGroupTest, SyncWriteFailureAnswersErrorAndRebalances) {
       j1->response.member_id == leader ? j2->response.member_id : j1->response.member_id;
   auto sf = Sync(follower, 1);
   auto sl = Sync(leader, 1, {{leader, B("x")}, {follower, B("y")}});
-  env_.CompleteWrite(ToWire(ErrorCode::kRequestTimedOut));
+  env_.CompleteWrite(ErrorCode::kRequestTimedOut);
   ASSERT_TRUE(sf->done && sl->done);
-  EXPECT_EQ(sf->response.error_code, ToWire(ErrorCode::kCoordinatorNotAvailable));
-  EXPECT_EQ(sl->response.error_code, ToWire(ErrorCode::kCoordinatorNotAvailable));
+  EXPECT_EQ(sf->response.error_code, ErrorCode::kCoordinatorNotAvailable);
+  EXPECT_EQ(sl->response.error_code, ErrorCode::kCoordinatorNotAvailable);
   EXPECT_TRUE(sl->response.assignment.empty());
   EXPECT_EQ(group_.StateName(), "PreparingRebalance");
   EXPECT_EQ(group_.Heartbeat(follower, std::nullopt, 1), kRebalanceInProgress);
@@ -753,13 +753,13 @@ TEST_F(ClassicGroupTest, LoadRestoresGroupAndStartsSessionTimers) {
 TEST_F(ClassicGroupTest, ShutdownAnswersParkedRequests) {
   auto j1 = JoinNew();
   EXPECT_FALSE(j1->done);
-  group_.Shutdown(ToWire(ErrorCode::kNotCoordinator));
+  group_.Shutdown(ErrorCode::kNotCoordinator);
   ASSERT_TRUE(j1->done);
-  EXPECT_EQ(j1->response.error_code, ToWire(ErrorCode::kNotCoordinator));
+  EXPECT_EQ(j1->response.error_code, ErrorCode::kNotCoordinator);
   EXPECT_EQ(group_.StateName(), "Dead");
   env_.Advance(99999);  // no timer fires into the dead group
   EXPECT_EQ(group_.Heartbeat(j1->response.member_id, std::nullopt, 0),
-            ToWire(ErrorCode::kCoordinatorNotAvailable));
+            ErrorCode::kCoordinatorNotAvailable);
 }
 
 }  // namespace

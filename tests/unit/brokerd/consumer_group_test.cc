@@ -31,7 +31,7 @@ class FakeEnv : public GroupEnv {
     return id;
   }
   void CancelTimer(TimerId id) override { timers_.erase(id); }
-  void Write(std::vector<LogRecord> records, std::function<void(int16_t)> done) override {
+  void Write(std::vector<LogRecord> records, std::function<void(ErrorCode)> done) override {
     for (auto& r : records) log.push_back(std::move(r));
     pending_.push_back(std::move(done));
   }
@@ -68,13 +68,13 @@ class FakeEnv : public GroupEnv {
 
   GroupConfig config_;
   std::vector<LogRecord> log;
-  int16_t write_error = 0;
+  ErrorCode write_error = ErrorCode::kNone;
 
  private:
   int64_t now_ = 1'000'000;
   TimerId next_timer_ = 1;
   std::map<TimerId, std::pair<int64_t, std::function<void()>>> timers_;
-  std::deque<std::function<void(int16_t)>> pending_;
+  std::deque<std::function<void(ErrorCode)>> pending_;
 };
 
 class FakeTopics : public TopicLookup {
@@ -120,7 +120,7 @@ struct Client {
   std::optional<std::string> instance_id;
   std::vector<std::string> topics = {"t"};
   Owned owned;
-  int16_t last_error = 0;
+  ErrorCode last_error = ErrorCode::kNone;
   std::optional<std::string> assignor;
 };
 
@@ -156,8 +156,8 @@ class ConsumerGroupTest : public ::testing::Test {
   ConsumerGroupHeartbeatResponse Send(const ConsumerGroupHeartbeatRequest& req,
                                       int16_t version = 1) {
     std::string message;
-    int16_t invalid = ConsumerGroup::ValidateHeartbeat(req, version, env_.config_, &message);
-    if (invalid != 0) {
+    ErrorCode invalid = ConsumerGroup::ValidateHeartbeat(req, version, env_.config_, &message);
+    if (invalid != ErrorCode::kNone) {
       ConsumerGroupHeartbeatResponse r;
       r.error_code = invalid;
       r.error_message = message;
@@ -175,7 +175,7 @@ class ConsumerGroupTest : public ::testing::Test {
   ConsumerGroupHeartbeatResponse Beat(Client& c) {
     ConsumerGroupHeartbeatResponse r = Send(Request(c));
     c.last_error = r.error_code;
-    if (r.error_code != 0) return r;
+    if (r.error_code != ErrorCode::kNone) return r;
     if (r.member_id) c.member_id = *r.member_id;
     c.epoch = r.member_epoch;
     if (r.assignment) {
@@ -194,7 +194,7 @@ class ConsumerGroupTest : public ::testing::Test {
     c.member_id = id;
     c.topics = std::move(topics);
     Beat(c);
-    EXPECT_EQ(c.last_error, 0);
+    EXPECT_EQ(c.last_error, ErrorCode::kNone);
     return c;
   }
 
@@ -223,7 +223,7 @@ class ConsumerGroupTest : public ::testing::Test {
     for (int round = 0; round < max_rounds; ++round) {
       for (Client* c : clients) {
         Beat(*c);
-        EXPECT_EQ(c->last_error, 0) << c->member_id;
+        EXPECT_EQ(c->last_error, ErrorCode::kNone) << c->member_id;
         CheckExclusive(clients);
       }
       if (group_->StateName() == "Stable") {
@@ -267,7 +267,7 @@ TEST_F(ConsumerGroupTest, ThreeMembersConvergeAndLeaveReassigns) {
   // c leaves: a and b take its partitions.
   c.epoch = -1;
   auto r = Beat(c);
-  EXPECT_EQ(r.error_code, 0);
+  EXPECT_EQ(r.error_code, ErrorCode::kNone);
   EXPECT_EQ(r.member_epoch, -1);
   EXPECT_EQ(group_->member_count(), 2u);
   c.owned.clear();
@@ -310,7 +310,7 @@ TEST_F(ConsumerGroupTest, UnackedRevocationHoldsEvenWithoutOwnedList) {
   ConsumerGroupHeartbeatRequest req = Request(a);
   req.topic_partitions.reset();
   auto r = Send(req);
-  EXPECT_EQ(r.error_code, 0);
+  EXPECT_EQ(r.error_code, ErrorCode::kNone);
   EXPECT_EQ(r.member_epoch, 1);
   EXPECT_EQ(group_->members().at("a").state, ConsumerGroup::MemberState::kUnrevokedPartitions);
 }
@@ -330,7 +330,7 @@ TEST_F(ConsumerGroupTest, SessionExpiryRemovesMember) {
   EXPECT_EQ(b.owned.size(), 6u);
   // a's next heartbeat: it is no longer known.
   Beat(a);
-  EXPECT_EQ(a.last_error, ToWire(ErrorCode::kUnknownMemberId));
+  EXPECT_EQ(a.last_error, ErrorCode::kUnknownMemberId);
 }
 
 TEST_F(ConsumerGroupTest, RebalanceTimeoutFencesAMemberThatDoesNotRevoke) {
@@ -353,7 +353,7 @@ TEST_F(ConsumerGroupTest, FencingAndValidationErrors) {
   Client ahead = a;
   ahead.epoch = 7;
   Beat(ahead);
-  EXPECT_EQ(ahead.last_error, ToWire(ErrorCode::kFencedMemberEpoch));
+  EXPECT_EQ(ahead.last_error, ErrorCode::kFencedMemberEpoch);
   // An old epoch that is not the previous one: a rejoin (epoch 0) under a known member id.
   Client b = Join("b");
   ASSERT_TRUE(Converge({&a, &b}));
@@ -362,48 +362,48 @@ TEST_F(ConsumerGroupTest, FencingAndValidationErrors) {
   behind.epoch = 0;
   behind.owned.clear();
   Beat(behind);
-  EXPECT_EQ(behind.last_error, ToWire(ErrorCode::kFencedMemberEpoch));
+  EXPECT_EQ(behind.last_error, ErrorCode::kFencedMemberEpoch);
   // The previous epoch with a subset of the assignment is fine (a lost answer).
   Client prev = a;
   prev.epoch = group_->members().at("a").previous_member_epoch;
   Beat(prev);
-  EXPECT_EQ(prev.last_error, 0);
+  EXPECT_EQ(prev.last_error, ErrorCode::kNone);
   // Unknown member.
   Client ghost;
   ghost.member_id = "ghost";
   ghost.epoch = 3;
   Beat(ghost);
-  EXPECT_EQ(ghost.last_error, ToWire(ErrorCode::kUnknownMemberId));
+  EXPECT_EQ(ghost.last_error, ErrorCode::kUnknownMemberId);
 
   // Join without a rebalance timeout, with owned partitions, without subscription.
   ConsumerGroupHeartbeatRequest req = Request(Client{"n"});
   req.rebalance_timeout_ms = -1;
-  EXPECT_EQ(Send(req).error_code, ToWire(ErrorCode::kInvalidRequest));
+  EXPECT_EQ(Send(req).error_code, ErrorCode::kInvalidRequest);
   req = Request(Client{"n"});
   req.topic_partitions = {{topics_.Id("t"), {0}, {}}};
-  EXPECT_EQ(Send(req).error_code, ToWire(ErrorCode::kInvalidRequest));
+  EXPECT_EQ(Send(req).error_code, ErrorCode::kInvalidRequest);
   req = Request(Client{"n"});
   req.subscribed_topic_names.reset();
-  EXPECT_EQ(Send(req).error_code, ToWire(ErrorCode::kInvalidRequest));
+  EXPECT_EQ(Send(req).error_code, ErrorCode::kInvalidRequest);
   // v1 needs a client-made member id; v0 makes one.
   req = Request(Client{""});
-  EXPECT_EQ(Send(req, 1).error_code, ToWire(ErrorCode::kInvalidRequest));
+  EXPECT_EQ(Send(req, 1).error_code, ErrorCode::kInvalidRequest);
   auto made = Send(req, 0);
-  EXPECT_EQ(made.error_code, 0);
+  EXPECT_EQ(made.error_code, ErrorCode::kNone);
   ASSERT_TRUE(made.member_id.has_value());
   EXPECT_EQ(made.member_id->size(), 22u);
   // Unknown assignor.
   req = Request(Client{"n2"});
   req.server_assignor = "sticky";
-  EXPECT_EQ(Send(req).error_code, ToWire(ErrorCode::kUnsupportedAssignor));
+  EXPECT_EQ(Send(req).error_code, ErrorCode::kUnsupportedAssignor);
   // Epoch below -2.
   req = Request(a);
   req.member_epoch = -3;
-  EXPECT_EQ(Send(req).error_code, ToWire(ErrorCode::kInvalidRequest));
+  EXPECT_EQ(Send(req).error_code, ErrorCode::kInvalidRequest);
   // Bad regex.
   req = Request(Client{"n3"});
   req.subscribed_topic_regex = "([";
-  EXPECT_EQ(Send(req).error_code, ToWire(ErrorCode::kInvalidRequest));
+  EXPECT_EQ(Send(req).error_code, ErrorCode::kInvalidRequest);
 }
 
 TEST_F(ConsumerGroupTest, GroupMaxSize) {
@@ -413,10 +413,10 @@ TEST_F(ConsumerGroupTest, GroupMaxSize) {
   Client c;
   c.member_id = "c";
   Beat(c);
-  EXPECT_EQ(c.last_error, ToWire(ErrorCode::kGroupMaxSizeReached));
+  EXPECT_EQ(c.last_error, ErrorCode::kGroupMaxSizeReached);
   // Members already in keep heartbeating.
   Beat(a);
-  EXPECT_EQ(a.last_error, 0);
+  EXPECT_EQ(a.last_error, ErrorCode::kNone);
 }
 
 TEST_F(ConsumerGroupTest, StaticMemberRejoinsWithoutRebalance) {
@@ -425,7 +425,7 @@ TEST_F(ConsumerGroupTest, StaticMemberRejoinsWithoutRebalance) {
   s.member_id = "s1";
   s.instance_id = "instance-1";
   Beat(s);
-  ASSERT_EQ(s.last_error, 0);
+  ASSERT_EQ(s.last_error, ErrorCode::kNone);
   ASSERT_TRUE(Converge({&a, &s}));
   Owned s_owned = s.owned;
   int32_t group_epoch = group_->group_epoch();
@@ -436,23 +436,23 @@ TEST_F(ConsumerGroupTest, StaticMemberRejoinsWithoutRebalance) {
   dup.member_id = "s2";
   dup.instance_id = "instance-1";
   Beat(dup);
-  EXPECT_EQ(dup.last_error, ToWire(ErrorCode::kUnreleasedInstanceId));
+  EXPECT_EQ(dup.last_error, ErrorCode::kUnreleasedInstanceId);
   // A heartbeat naming the instance with another member id: fenced.
   Client wrong = s;
   wrong.member_id = "s2";
   Beat(wrong);
-  EXPECT_EQ(wrong.last_error, ToWire(ErrorCode::kFencedInstanceId));
+  EXPECT_EQ(wrong.last_error, ErrorCode::kFencedInstanceId);
 
   // s restarts: temporary leave (-2), then the new process joins with a new member id.
   s.epoch = -2;
   auto r = Beat(s);
-  EXPECT_EQ(r.error_code, 0);
+  EXPECT_EQ(r.error_code, ErrorCode::kNone);
   EXPECT_EQ(r.member_epoch, -2);
   Client s2;
   s2.member_id = "s2";
   s2.instance_id = "instance-1";
   Beat(s2);
-  ASSERT_EQ(s2.last_error, 0);
+  ASSERT_EQ(s2.last_error, ErrorCode::kNone);
   EXPECT_EQ(s2.owned, s_owned);
   EXPECT_EQ(group_->group_epoch(), group_epoch);
   EXPECT_FALSE(group_->members().contains("s1"));
@@ -477,7 +477,7 @@ TEST_F(ConsumerGroupTest, StaticMemberLeavesForGood) {
   Beat(s);
   s.epoch = -1;
   auto r = Beat(s);
-  EXPECT_EQ(r.error_code, 0);
+  EXPECT_EQ(r.error_code, ErrorCode::kNone);
   EXPECT_EQ(r.member_epoch, -1);
   EXPECT_TRUE(group_->empty());
   EXPECT_EQ(group_->StateName(), "Empty");
@@ -506,7 +506,7 @@ TEST_F(ConsumerGroupTest, RegexSubscription) {
   req.subscribed_topic_names.reset();
   req.subscribed_topic_regex = "orders-.*";
   auto r = Send(req);
-  ASSERT_EQ(r.error_code, 0);
+  ASSERT_EQ(r.error_code, ErrorCode::kNone);
   ASSERT_TRUE(r.assignment.has_value());
   size_t n = 0;
   for (const auto& tp : r.assignment->topic_partitions) {
@@ -521,13 +521,13 @@ TEST_F(ConsumerGroupTest, RangeAssignorChosenByMembers) {
   a.member_id = "a";
   a.assignor = "range";
   Beat(a);
-  ASSERT_EQ(a.last_error, 0);
+  ASSERT_EQ(a.last_error, ErrorCode::kNone);
   EXPECT_EQ(group_->AssignorName(), "range");
   Client b;
   b.member_id = "b";
   b.assignor = "range";
   Beat(b);
-  ASSERT_EQ(b.last_error, 0);
+  ASSERT_EQ(b.last_error, ErrorCode::kNone);
   ASSERT_TRUE(Converge({&a, &b}));
   Uuid t = topics_.Id("t");
   EXPECT_EQ(a.owned, (Owned{{t, 0}, {t, 1}, {t, 2}}));
@@ -536,20 +536,20 @@ TEST_F(ConsumerGroupTest, RangeAssignorChosenByMembers) {
 
 TEST_F(ConsumerGroupTest, OffsetValidation) {
   // Empty group: admin commits (negative epoch) are fine.
-  EXPECT_EQ(group_->ValidateOffsetCommit("", -1), 0);
-  EXPECT_EQ(group_->ValidateOffsetFetch("", -1), 0);
+  EXPECT_EQ(group_->ValidateOffsetCommit("", -1), ErrorCode::kNone);
+  EXPECT_EQ(group_->ValidateOffsetFetch("", -1), ErrorCode::kNone);
   Client a = Join("a");
-  EXPECT_EQ(group_->ValidateOffsetCommit("", -1), ToWire(ErrorCode::kUnknownMemberId));
-  EXPECT_EQ(group_->ValidateOffsetCommit("a", a.epoch), 0);
-  EXPECT_EQ(group_->ValidateOffsetCommit("a", a.epoch + 1), ToWire(ErrorCode::kStaleMemberEpoch));
-  EXPECT_EQ(group_->ValidateOffsetCommit("x", a.epoch), ToWire(ErrorCode::kUnknownMemberId));
+  EXPECT_EQ(group_->ValidateOffsetCommit("", -1), ErrorCode::kUnknownMemberId);
+  EXPECT_EQ(group_->ValidateOffsetCommit("a", a.epoch), ErrorCode::kNone);
+  EXPECT_EQ(group_->ValidateOffsetCommit("a", a.epoch + 1), ErrorCode::kStaleMemberEpoch);
+  EXPECT_EQ(group_->ValidateOffsetCommit("x", a.epoch), ErrorCode::kUnknownMemberId);
   EXPECT_EQ(group_->ValidateOffsetCommit("a", a.epoch, 8, false),
-            ToWire(ErrorCode::kUnsupportedVersion));
-  EXPECT_EQ(group_->ValidateOffsetCommit("a", a.epoch, 8, true), 0);
-  EXPECT_EQ(group_->ValidateOffsetFetch("", -1), 0);
-  EXPECT_EQ(group_->ValidateOffsetFetch("a", a.epoch), 0);
-  EXPECT_EQ(group_->ValidateOffsetFetch("a", 0), ToWire(ErrorCode::kStaleMemberEpoch));
-  EXPECT_EQ(group_->ValidateOffsetFetch("x", 1), ToWire(ErrorCode::kUnknownMemberId));
+            ErrorCode::kUnsupportedVersion);
+  EXPECT_EQ(group_->ValidateOffsetCommit("a", a.epoch, 8, true), ErrorCode::kNone);
+  EXPECT_EQ(group_->ValidateOffsetFetch("", -1), ErrorCode::kNone);
+  EXPECT_EQ(group_->ValidateOffsetFetch("a", a.epoch), ErrorCode::kNone);
+  EXPECT_EQ(group_->ValidateOffsetFetch("a", 0), ErrorCode::kStaleMemberEpoch);
+  EXPECT_EQ(group_->ValidateOffsetFetch("x", 1), ErrorCode::kUnknownMemberId);
 }
 
 TEST_F(ConsumerGroupTest, Describe) {
@@ -576,21 +576,21 @@ TEST_F(ConsumerGroupTest, Describe) {
 }
 
 TEST_F(ConsumerGroupTest, WriteErrorIsAnswered) {
-  env_.write_error = ToWire(ErrorCode::kNotCoordinator);
+  env_.write_error = ErrorCode::kNotCoordinator;
   Client a;
   a.member_id = "a";
   Beat(a);
-  EXPECT_EQ(a.last_error, ToWire(ErrorCode::kNotCoordinator));
+  EXPECT_EQ(a.last_error, ErrorCode::kNotCoordinator);
 }
 
 TEST_F(ConsumerGroupTest, ShutdownStopsTimersAndGoesDead) {
   Client a = Join("a");
   ASSERT_GT(env_.timer_count(), 0u);
-  group_->Shutdown(ToWire(ErrorCode::kNotCoordinator));
+  group_->Shutdown(ErrorCode::kNotCoordinator);
   EXPECT_EQ(env_.timer_count(), 0u);
   EXPECT_EQ(group_->StateName(), "Dead");
   Beat(a);
-  EXPECT_NE(a.last_error, 0);
+  EXPECT_NE(a.last_error, ErrorCode::kNone);
 }
 
 // Replaying every record the group wrote rebuilds the same group.

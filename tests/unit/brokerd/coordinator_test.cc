@@ -116,11 +116,11 @@ class ShardTest : public RealStorageTest {
     OnLoop([this] { ASSERT_EQ(shard_->state(), Shard::State::kActive); });
   }
 
-  int16_t Commit(const std::string& group, std::vector<Shard::Commit> commits) {
-    int16_t error = -1;
+  ErrorCode Commit(const std::string& group, std::vector<Shard::Commit> commits) {
+    ErrorCode error = ErrorCode::kUnknownServerError;
     Await([&](std::function<void()> finish) {
       for (auto& c : commits) c.value.commit_timestamp_ms = now_ms_.load();
-      shard_->CommitOffsets(group, commits, [&error, finish](int16_t e) {
+      shard_->CommitOffsets(group, commits, [&error, finish](ErrorCode e) {
         error = e;
         finish();
       });
@@ -128,10 +128,10 @@ class ShardTest : public RealStorageTest {
     return error;
   }
 
-  int16_t Write(std::vector<LogRecord> records) {
-    int16_t error = -1;
+  ErrorCode Write(std::vector<LogRecord> records) {
+    ErrorCode error = ErrorCode::kUnknownServerError;
     Await([&](std::function<void()> finish) {
-      shard_->Write(records, [&error, finish](int16_t e) {
+      shard_->Write(records, [&error, finish](ErrorCode e) {
         error = e;
         finish();
       });
@@ -191,17 +191,17 @@ class ShardTest : public RealStorageTest {
 TEST_F(ShardTest, CommittedOffsetsSurviveUnloadAndLoad) {
   LoadShard();
   EXPECT_TRUE(Offsets("g1").empty());
-  ASSERT_EQ(Commit("g1", {C("orders", 0, 42, "meta"), C("orders", 1, 7)}), 0);
-  ASSERT_EQ(Commit("g2", {C("payments", 3, 100)}), 0);
-  ASSERT_EQ(Commit("g1", {C("orders", 0, 50, "newer")}), 0);  // last one wins
-  ASSERT_EQ(Commit("g3", {C("x", 0, 1)}), 0);
-  ASSERT_EQ(Write({OffsetTombstone(OffsetKey{"g3", "x", 0})}), 0);  // g3 deleted again
+  ASSERT_EQ(Commit("g1", {C("orders", 0, 42, "meta"), C("orders", 1, 7)}), ErrorCode::kNone);
+  ASSERT_EQ(Commit("g2", {C("payments", 3, 100)}), ErrorCode::kNone);
+  ASSERT_EQ(Commit("g1", {C("orders", 0, 50, "newer")}), ErrorCode::kNone);  // last one wins
+  ASSERT_EQ(Commit("g3", {C("x", 0, 1)}), ErrorCode::kNone);
+  ASSERT_EQ(Write({OffsetTombstone(OffsetKey{"g3", "x", 0})}), ErrorCode::kNone);  // g3 deleted again
   ClassicGroupValue classic;
   classic.protocol_type = "consumer";
   classic.generation = 4;
   classic.protocol = "range";
   classic.current_state_timestamp_ms = 12345;
-  ASSERT_EQ(Write({ClassicGroupRecord("g1", classic)}), 0);
+  ASSERT_EQ(Write({ClassicGroupRecord("g1", classic)}), ErrorCode::kNone);
 
   auto before = Offsets("g1");
   ASSERT_EQ(before.size(), 2u);
@@ -237,23 +237,23 @@ TEST_F(ShardTest, CommittedOffsetsSurviveUnloadAndLoad) {
 // Deleting offsets and a whole group writes tombstones that a reload honours.
 TEST_F(ShardTest, DeletesAreDurable) {
   LoadShard();
-  ASSERT_EQ(Commit("g1", {C("t", 0, 1), C("t", 1, 2), C("u", 0, 3)}), 0);
-  ASSERT_EQ(Commit("g2", {C("t", 0, 9)}), 0);
-  int16_t error = -1;
+  ASSERT_EQ(Commit("g1", {C("t", 0, 1), C("t", 1, 2), C("u", 0, 3)}), ErrorCode::kNone);
+  ASSERT_EQ(Commit("g2", {C("t", 0, 9)}), ErrorCode::kNone);
+  ErrorCode error = ErrorCode::kUnknownServerError;
   Await([&](std::function<void()> finish) {
-    shard_->DeleteOffsets("g1", {{"t", 1}, {"nope", 0}}, [&error, finish](int16_t e) {
+    shard_->DeleteOffsets("g1", {{"t", 1}, {"nope", 0}}, [&error, finish](ErrorCode e) {
       error = e;
       finish();
     });
   });
-  ASSERT_EQ(error, 0);
+  ASSERT_EQ(error, ErrorCode::kNone);
   Await([&](std::function<void()> finish) {
-    shard_->DeleteGroup("g2", [&error, finish](int16_t e) {
+    shard_->DeleteGroup("g2", [&error, finish](ErrorCode e) {
       error = e;
       finish();
     });
   });
-  ASSERT_EQ(error, 0);
+  ASSERT_EQ(error, ErrorCode::kNone);
   EXPECT_FALSE(HasSlot("g2"));
   EXPECT_EQ(Offsets("g1").size(), 2u);
 
@@ -268,20 +268,20 @@ TEST_F(ShardTest, DeletesAreDurable) {
 // so are writes after it.
 TEST_F(ShardTest, UnloadAnswersPendingWrites) {
   LoadShard();
-  int16_t in_flight = -1;
-  int16_t after = -1;
+  ErrorCode in_flight = ErrorCode::kUnknownServerError;
+  ErrorCode after = ErrorCode::kUnknownServerError;
   auto done = std::make_shared<std::promise<void>>();
   OnLoop([&] {
-    shard_->CommitOffsets("g", {C("t", 0, 1)}, [&in_flight](int16_t e) { in_flight = e; });
+    shard_->CommitOffsets("g", {C("t", 0, 1)}, [&in_flight](ErrorCode e) { in_flight = e; });
     shard_->Unload();
-    EXPECT_EQ(in_flight, static_cast<int16_t>(protocol::ErrorCode::kNotCoordinator));
-    shard_->Write({OffsetTombstone(OffsetKey{"g", "t", 0})}, [&after, done](int16_t e) {
+    EXPECT_EQ(in_flight, protocol::ErrorCode::kNotCoordinator);
+    shard_->Write({OffsetTombstone(OffsetKey{"g", "t", 0})}, [&after, done](ErrorCode e) {
       after = e;
       done->set_value();
     });
   });
   ASSERT_EQ(done->get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
-  EXPECT_EQ(after, static_cast<int16_t>(protocol::ErrorCode::kNotCoordinator));
+  EXPECT_EQ(after, protocol::ErrorCode::kNotCoordinator);
 }
 
 // Kafka's expiry rules, with a 1 s retention on a virtual clock.
@@ -294,12 +294,12 @@ TEST_F(ShardTest, ExpiryFollowsKafkasRules) {
   classic.protocol_type = "consumer";
   classic.generation = 2;
   classic.current_state_timestamp_ms = 500;
-  ASSERT_EQ(Write({ClassicGroupRecord("classic-empty", classic)}), 0);
-  ASSERT_EQ(Commit("simple", {C("t", 0, 1), C("t", 1, 2)}), 0);  // commit t=1000
-  ASSERT_EQ(Commit("explicit", {C("t", 0, 5, "", /*expire_at=*/5000)}), 0);
+  ASSERT_EQ(Write({ClassicGroupRecord("classic-empty", classic)}), ErrorCode::kNone);
+  ASSERT_EQ(Commit("simple", {C("t", 0, 1), C("t", 1, 2)}), ErrorCode::kNone);  // commit t=1000
+  ASSERT_EQ(Commit("explicit", {C("t", 0, 5, "", /*expire_at=*/5000)}), ErrorCode::kNone);
   now_ms_ = 2000;
-  ASSERT_EQ(Commit("classic-empty", {C("t", 0, 3)}), 0);  // commit t=2000
-  ASSERT_EQ(Commit("fresh", {C("t", 0, 4)}), 0);
+  ASSERT_EQ(Commit("classic-empty", {C("t", 0, 3)}), ErrorCode::kNone);  // commit t=2000
+  ASSERT_EQ(Commit("fresh", {C("t", 0, 4)}), ErrorCode::kNone);
   LoadShard();  // the classic group is built from its record
   OnLoop([&] { ASSERT_TRUE(shard_->Find("classic-empty")->classic); });
 
@@ -332,7 +332,7 @@ TEST_F(CompressedShardTest, LoadsCompressedBatches) {
   LoadShard();
   std::vector<Shard::Commit> commits;
   for (int p = 0; p < 50; ++p) commits.push_back(C("big", p, 1000 + p, std::string(100, 'm')));
-  ASSERT_EQ(Commit("g", commits), 0);
+  ASSERT_EQ(Commit("g", commits), ErrorCode::kNone);
   LoadShard();
   auto offsets = Offsets("g");
   ASSERT_EQ(offsets.size(), 50u);

@@ -116,7 +116,7 @@ std::vector<uint8_t> FetchRaw(const std::string& bootstrap, const std::string& t
     return {};
   }
   const FetchResponse::PartitionData& pd = fetched.responses[0].partitions[0];
-  EXPECT_EQ(pd.error_code, 0);
+  EXPECT_EQ(pd.error_code, protocol::ErrorCode::kNone);
   return pd.records.data.value_or(Bytes{});
 }
 
@@ -207,7 +207,7 @@ TEST_P(LibrdkafkaTest, ProducedBatchesDecodeAndValidate) {
     // As the producer sent it (base offset 0), it passes produce validation.
     std::vector<uint8_t> sent(batch.bytes().begin(), batch.bytes().end());
     SetBaseOffset(sent, 0);
-    const BatchError e = ValidateBatch(sent, ValidationOptions{});
+    const protocol::KafkaError e = ValidateBatch(sent, ValidationOptions{});
     EXPECT_TRUE(e.ok()) << protocol::ErrorName(e.code) << ": " << e.message;
 
     const Status s = ForEachRecord(batch, [&](const Record& r) {

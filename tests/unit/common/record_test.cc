@@ -315,7 +315,7 @@ TEST_P(CodecTest, ClientBatchValidates) {
   options.now_ms = 1000;
   options.timestamp_before_max_ms = 0;
   options.timestamp_after_max_ms = 49;
-  const BatchError e = ValidateBatch(*built, options);
+  const protocol::KafkaError e = ValidateBatch(*built, options);
   EXPECT_TRUE(e.ok()) << e.message;
 }
 
@@ -340,7 +340,7 @@ TEST_P(CodecTest, EveryTruncationFails) {
     std::vector<uint8_t> b(built->begin(), built->begin() + static_cast<ptrdiff_t>(n));
     Put32(b, 8, static_cast<uint32_t>(n - kLogOverhead));
     RecomputeCrc(b);
-    const BatchError e = ValidateBatch(b, {});
+    const protocol::KafkaError e = ValidateBatch(b, {});
     EXPECT_TRUE(e.code == ErrorCode::kInvalidRecord || e.code == ErrorCode::kCorruptMessage)
         << n << ": " << protocol::ErrorName(e.code) << " " << e.message;
     auto view = BatchView::Parse(b);
@@ -576,13 +576,13 @@ std::vector<uint8_t> ClientBatch(Compression c = Compression::kNone, int records
 
 void ExpectError(ByteSpan batch, const ValidationOptions& options, ErrorCode code,
                  const std::string& message_part = "") {
-  const BatchError e = ValidateBatch(batch, options);
+  const protocol::KafkaError e = ValidateBatch(batch, options);
   EXPECT_EQ(e.code, code) << protocol::ErrorName(e.code) << ": " << e.message;
   EXPECT_NE(e.message.find(message_part), std::string::npos) << e.message;
 }
 
 TEST(ValidateTest, ValidBatchPasses) {
-  const BatchError e = ValidateBatch(ClientBatch(), {});
+  const protocol::KafkaError e = ValidateBatch(ClientBatch(), {});
   EXPECT_TRUE(e.ok()) << e.message;
   EXPECT_TRUE(ValidateBatch(kGolden, ValidationOptions{.from_client = false}).ok());
 }

@@ -178,7 +178,7 @@ class CleanerTest : public ::testing::Test {
         record::ValidationOptions vo;
         vo.from_client = false;
         vo.require_keys = true;
-        record::BatchError e = record::ValidateBatch(b.bytes(), vo);
+        protocol::KafkaError e = record::ValidateBatch(b.bytes(), vo);
         EXPECT_TRUE(e.ok()) << "batch at offset " << b.base_offset() << ": " << e.message;
         ReadBatch rb;
         rb.base_offset = b.base_offset();

@@ -1,0 +1,94 @@
+#include "brokerd/error_mapping.h"
+
+namespace runnel::brokerd {
+
+using protocol::ErrorCode;
+
+ErrorCode StorageCallError(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return ErrorCode::kRequestTimedOut;
+    case grpc::StatusCode::UNAVAILABLE:
+      return ErrorCode::kNotLeaderOrFollower;
+    case grpc::StatusCode::OK:  // not a failure: a caller maps a failed call only
+    case grpc::StatusCode::CANCELLED:
+    case grpc::StatusCode::ABORTED:
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::ALREADY_EXISTS:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::OUT_OF_RANGE:
+    case grpc::StatusCode::UNIMPLEMENTED:
+    case grpc::StatusCode::INTERNAL:
+    case grpc::StatusCode::DATA_LOSS:
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::DO_NOT_USE:
+      return ErrorCode::kKafkaStorageError;
+  }
+  return ErrorCode::kKafkaStorageError;
+}
+
+ErrorCode ControllerCallError(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return ErrorCode::kRequestTimedOut;
+    case grpc::StatusCode::UNAVAILABLE:
+      return ErrorCode::kNotController;
+    case grpc::StatusCode::OK:  // not a failure: a caller maps a failed call only
+    case grpc::StatusCode::CANCELLED:
+    case grpc::StatusCode::ABORTED:
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::ALREADY_EXISTS:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::OUT_OF_RANGE:
+    case grpc::StatusCode::UNIMPLEMENTED:
+    case grpc::StatusCode::INTERNAL:
+    case grpc::StatusCode::DATA_LOSS:
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::DO_NOT_USE:
+      return ErrorCode::kUnknownServerError;
+  }
+  return ErrorCode::kUnknownServerError;
+}
+
+ErrorCode CoordinatorWriteError(ErrorCode append_error) {
+  // Kafka's own codes, not an internal set: the rule names the few that mean "moved" and
+  // sends every other failure to the retriable default.
+  switch (append_error) {
+    case ErrorCode::kNone:
+      return ErrorCode::kNone;
+    case ErrorCode::kNotLeaderOrFollower:
+    case ErrorCode::kUnknownTopicOrPartition:
+    case ErrorCode::kFencedLeaderEpoch:
+      return ErrorCode::kNotCoordinator;
+    default:
+      return ErrorCode::kCoordinatorNotAvailable;
+  }
+}
+
+ErrorCode GroupMetadataWriteError(ErrorCode append_error) {
+  switch (append_error) {
+    case ErrorCode::kUnknownTopicOrPartition:
+    case ErrorCode::kNotEnoughReplicas:
+    case ErrorCode::kRequestTimedOut:
+      return ErrorCode::kCoordinatorNotAvailable;
+    case ErrorCode::kNotLeaderOrFollower:
+    case ErrorCode::kKafkaStorageError:
+      return ErrorCode::kNotCoordinator;
+    case ErrorCode::kMessageTooLarge:
+    case ErrorCode::kRecordListTooLarge:
+    case ErrorCode::kInvalidFetchSize:
+      return ErrorCode::kUnknownServerError;
+    default:
+      return append_error;
+  }
+}
+
+}  // namespace runnel::brokerd
