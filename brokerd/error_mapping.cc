@@ -4,12 +4,19 @@ namespace runnel::brokerd {
 
 using protocol::ErrorCode;
 
-ErrorCode StorageCallError(const grpc::Status& status) {
+namespace {
+
+// What a client can be told about a failed call: it took too long, the other daemon could
+// not be reached (restarting, or no leader), or it failed in a way retrying the same call
+// will not mend.
+enum class CallFailure { kTimedOut, kUnreachable, kFailed };
+
+CallFailure Classify(const grpc::Status& status) {
   switch (status.error_code()) {
     case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return ErrorCode::kRequestTimedOut;
+      return CallFailure::kTimedOut;
     case grpc::StatusCode::UNAVAILABLE:
-      return ErrorCode::kNotLeaderOrFollower;
+      return CallFailure::kUnreachable;
     case grpc::StatusCode::OK:  // not a failure: a caller maps a failed call only
     case grpc::StatusCode::CANCELLED:
     case grpc::StatusCode::ABORTED:
@@ -26,33 +33,32 @@ ErrorCode StorageCallError(const grpc::Status& status) {
     case grpc::StatusCode::DATA_LOSS:
     case grpc::StatusCode::UNAUTHENTICATED:
     case grpc::StatusCode::DO_NOT_USE:
+      return CallFailure::kFailed;
+  }
+  return CallFailure::kFailed;
+}
+
+}  // namespace
+
+ErrorCode StorageCallError(const grpc::Status& status) {
+  switch (Classify(status)) {
+    case CallFailure::kTimedOut:
+      return ErrorCode::kRequestTimedOut;
+    case CallFailure::kUnreachable:
+      return ErrorCode::kNotLeaderOrFollower;
+    case CallFailure::kFailed:
       return ErrorCode::kKafkaStorageError;
   }
   return ErrorCode::kKafkaStorageError;
 }
 
 ErrorCode ControllerCallError(const grpc::Status& status) {
-  switch (status.error_code()) {
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
+  switch (Classify(status)) {
+    case CallFailure::kTimedOut:
       return ErrorCode::kRequestTimedOut;
-    case grpc::StatusCode::UNAVAILABLE:
+    case CallFailure::kUnreachable:
       return ErrorCode::kNotController;
-    case grpc::StatusCode::OK:  // not a failure: a caller maps a failed call only
-    case grpc::StatusCode::CANCELLED:
-    case grpc::StatusCode::ABORTED:
-    case grpc::StatusCode::UNKNOWN:
-    case grpc::StatusCode::INVALID_ARGUMENT:
-    case grpc::StatusCode::NOT_FOUND:
-    case grpc::StatusCode::ALREADY_EXISTS:
-    case grpc::StatusCode::PERMISSION_DENIED:
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-    case grpc::StatusCode::FAILED_PRECONDITION:
-    case grpc::StatusCode::OUT_OF_RANGE:
-    case grpc::StatusCode::UNIMPLEMENTED:
-    case grpc::StatusCode::INTERNAL:
-    case grpc::StatusCode::DATA_LOSS:
-    case grpc::StatusCode::UNAUTHENTICATED:
-    case grpc::StatusCode::DO_NOT_USE:
+    case CallFailure::kFailed:
       return ErrorCode::kUnknownServerError;
   }
   return ErrorCode::kUnknownServerError;
