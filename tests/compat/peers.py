@@ -9,11 +9,15 @@ they cannot be had (no Java, no Maven, no network on the first run), saying why.
 A test that fails against Runnel because Runnel lacks something is marked with
 runnel_gap(why): an expected failure against Runnel only, so it still has to pass against Kafka.
 """
+import json
 import os
+import queue
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -23,12 +27,14 @@ sys.path.append(os.path.join(ROOT, "tests", "integration"))
 import harness  # noqa: E402
 
 KAFKA = os.path.join(ROOT, "scripts", "peers", "kafka")
+CLIENTS = os.path.join(ROOT, "scripts", "peers", "clients")
 TARGET = os.environ.get("RUNNEL_COMPAT_TARGET", "runnel")
 UNAVAILABLE = 3  # scripts/peers/kafka's exit status when the peers cannot be had
 if TARGET not in ("runnel", "kafka"):
     raise RuntimeError(f"RUNNEL_COMPAT_TARGET={TARGET}: want runnel or kafka")
 
 _prepared = None  # (ok, message), once per process
+_clients = {}  # kind -> (argv or None, message), once per process
 
 
 def require_peers():
@@ -50,6 +56,103 @@ def require_peers():
     ok, message = _prepared
     if not ok:
         raise unittest.SkipTest(f"Apache Kafka 4.4's jars are not available: {message}")
+
+
+def require_client(kind):
+    """The command that runs the client program `kind` (java, python or go; see
+    scripts/peers/clients), built or installed into the peers cache if it is not there yet;
+    skips the calling test (class) when it cannot be had here."""
+    if kind not in _clients:
+        if kind == "java":
+            require_peers()  # kafka-clients 4.4 comes with Kafka's jars
+        try:
+            out = subprocess.run([CLIENTS, "prepare", kind], capture_output=True, text=True,
+                                 timeout=1800)
+        except subprocess.TimeoutExpired:
+            out = subprocess.CompletedProcess([], UNAVAILABLE, "", "took over 1800 s")
+        if out.returncode == 0:
+            _clients[kind] = (shlex.split(out.stdout.strip().split(" ", 1)[1]), "")
+        elif out.returncode == UNAVAILABLE:
+            _clients[kind] = (None, out.stderr.strip()[-2000:])
+        else:  # a broken build is a failure, not a skip
+            raise RuntimeError(f"scripts/peers/clients prepare {kind} exited {out.returncode}:\n"
+                               f"{out.stderr}")
+    argv, message = _clients[kind]
+    if argv is None:
+        raise unittest.SkipTest(f"the {kind} client cannot be had here: {message}")
+    return argv
+
+
+class LineClient:
+    """A client program that takes one JSON request per line on stdin and answers each with
+    one JSON line, {"ok": true, ...} or {"ok": false, "error": ..., "message": ...}
+    (tests/compat/java/ClientCheck.java, pyclients.py, go/). Every wait is bounded: a request
+    not answered in time kills the program, and the next request starts it anew."""
+
+    def __init__(self, argv, name):
+        self.argv = argv
+        self.name = name
+        self.proc = None
+
+    def start(self):
+        self.err = tempfile.TemporaryFile(mode="w+", errors="replace")
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.err, text=True, bufsize=1)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
+
+    @staticmethod
+    def _read(proc, lines):
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    def stderr(self, chars=4000):
+        self.err.seek(0)
+        return self.err.read()[-chars:]
+
+    def call(self, op, timeout=90, **args):
+        """Sends {"op": op, **args} and returns the answer, whether ok or not."""
+        if self.proc is None:
+            self.start()
+        self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
+        self.proc.stdin.flush()
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            err = self.stderr()
+            self.close(timeout=0)
+            raise AssertionError(f"{self.name} {op}: no answer within {timeout}s\n{err}")
+        if line is None:
+            code = self.proc.wait(timeout=30)
+            err = self.stderr()
+            self.close(timeout=0)
+            raise AssertionError(f"{self.name} exited {code} on {op}\n{err}")
+        return json.loads(line)
+
+    def ok(self, op, timeout=90, **args):
+        """Sends a request that must succeed and returns its answer."""
+        answer = self.call(op, timeout=timeout, **args)
+        if not answer.get("ok"):
+            raise AssertionError(f"{self.name} {op} {json.dumps(args)}: {answer.get('error')}: "
+                                 f"{answer.get('message')} {answer.get('cause', '')}")
+        return answer
+
+    def close(self, timeout=30):
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # the process this client started, by its Popen
+            proc.wait(timeout=30)
+        proc.stdout.close()
+        self.err.close()
 
 
 def runnel_gap(why):
@@ -182,3 +285,24 @@ class TargetTestCase(unittest.TestCase):
 
 def wait_until(predicate, timeout, what, interval=0.5):
     harness.wait_until(predicate, timeout, what, interval)
+
+
+class ClientTestCase(TargetTestCase):
+    """A target node and client programs (LineClient) of one kind, for a test class: `clients`
+    names each program's extra arguments (the Python one serves two clients, say)."""
+    client_kind = None  # java, python or go: what scripts/peers/clients runs
+    clients = {"client": ()}
+
+    @classmethod
+    def setUpClass(cls):
+        argv = require_client(cls.client_kind)  # skip before a node starts
+        super().setUpClass()
+        cls.client_of = {name: LineClient([*argv, *args, "--bootstrap", cls.bootstrap],
+                                          f"{cls.client_kind} {name}")
+                         for name, args in cls.clients.items()}
+
+    @classmethod
+    def tearDownClass(cls):
+        for c in getattr(cls, "client_of", {}).values():
+            c.close()
+        super().tearDownClass()
