@@ -7,7 +7,8 @@
 #               for 3 and for 5 voters (a failing seed is printed with how to replay it)
 #   make fmt    clang-format every C++ file
 #   make peers  resolve Apache Kafka 4.4 (broker, tools, Connect, Streams) from Maven into
-#               ~/.cache/runnel-peers (RUNNEL_PEERS_CACHE), for the compat tests
+#               ~/.cache/runnel-peers (RUNNEL_PEERS_CACHE), for the compat tests, and build
+#               their client programs there (Java client 4.4, a PyPI venv, franz-go)
 #   make compat build Release and run tests/compat (Kafka 4.4's own tools) against Kafka 4.4,
 #               the judge, then against a Runnel node (COMPAT_TESTS picks the test modules)
 
@@ -17,7 +18,8 @@ RELEASE_DIR := build/release
 SEEDS ?= 20000
 TEST_DIR := build/asan
 FUZZ_DIR := build/fuzz
-COMPAT_TESTS ?= test_topics test_console test_groups test_metadata_quorum
+COMPAT_TESTS ?= test_topics test_console test_groups test_metadata_quorum \
+  test_java_client test_python_clients test_go_client
 CMAKE_COMMON := -G Ninja -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
 
 .PHONY: all deps build run test unit-test fuzz-test bench soak fmt clean peers compat
@@ -58,8 +60,10 @@ soak: build
 	$(RELEASE_DIR)/bin/runnel-raft-soak --nodes 3 --seeds $(SEEDS) --steps 5000
 	$(RELEASE_DIR)/bin/runnel-raft-soak --nodes 5 --seeds $(SEEDS) --steps 5000
 
+# Exit 3 of clients prepare: a client that cannot be had here (its tests skip), said on stderr.
 peers: deps
 	scripts/peers/kafka prepare
+	scripts/peers/clients prepare || [ $$? -eq 3 ]
 
 # Kafka first: a compat test that fails against Kafka 4.4 is a wrong test.
 compat: build peers
