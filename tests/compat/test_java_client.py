@@ -2,6 +2,7 @@
 producers (the defaults, and not idempotent), consumers in classic and KIP-848 groups, and the
 Admin client. tests/compat/java/ClientCheck.java does each call and answers in JSON; it runs in
 one JVM per test class (scripts/peers/clients java)."""
+import time
 import unittest
 
 from peers import ClientTestCase, runnel_gap, wait_until
@@ -15,6 +16,18 @@ class JavaClientTest(ClientTestCase):
     @property
     def java(self):
         return self.client_of["client"]
+
+    def eventually(self, check, timeout=15):
+        """Runs check() until it passes (what a broker learns from the metadata log, as a new
+        topic or a config change, reaches Kafka's broker a moment after the call returns)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return check()
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
 
     def create(self, topic, partitions, **configs):
         answer = self.java.ok("create_topics", topics=[
@@ -139,17 +152,19 @@ class JavaClientTest(ClientTestCase):
         self.assertEqual(again["errors"][t]["error"], "TopicExistsException")
         self.assertIn(t, self.java.ok("list_topics")["names"])
 
-        described = self.java.ok("describe_topics", names=[t])["topics"][t]
-        self.assertEqual(described["id"], created["id"])
-        self.assertFalse(described["internal"])
         nodes = [n["id"] for n in self.java.ok("describe_cluster")["nodes"]]
-        self.assertEqual([(p["partition"], p["replicas"], p["isr"], p["leader"])
-                          for p in described["partitions"]],
-                         [(p, nodes, nodes, nodes[0]) for p in range(2)])
+
+        def described():
+            d = self.java.ok("describe_topics", names=[t])["topics"][t]
+            self.assertEqual(d["id"], created["id"])
+            self.assertFalse(d["internal"])
+            return [(p["partition"], p["replicas"], p["isr"], p["leader"])
+                    for p in d["partitions"]]
+        self.eventually(lambda: self.assertEqual(
+            described(), [(p, nodes, nodes, nodes[0]) for p in range(2)]))
 
         self.assertEqual(self.java.ok("create_partitions", counts={t: 4})["errors"], {t: None})
-        self.assertEqual(len(self.java.ok("describe_topics", names=[t])["topics"][t]
-                             ["partitions"]), 4)
+        self.eventually(lambda: self.assertEqual(len(described()), 4))
         fewer = self.java.ok("create_partitions", counts={t: 3})["errors"][t]
         self.assertEqual(fewer["error"], "InvalidPartitionsException")
 
@@ -161,23 +176,24 @@ class JavaClientTest(ClientTestCase):
     def test_admin_configs(self):
         t = self.topic()
         self.create(t, 1, **{"retention.ms": "3600000"})
-        configs = self.java.ok("describe_configs", name=t)["configs"]
-        self.assertEqual((configs["retention.ms"]["value"], configs["retention.ms"]["source"]),
-                         ("3600000", "DYNAMIC_TOPIC_CONFIG"))
-        self.assertEqual((configs["cleanup.policy"]["value"], configs["cleanup.policy"]["source"]),
-                         ("delete", "DEFAULT_CONFIG"))
+
+        def described(keys):
+            configs = self.java.ok("describe_configs", name=t)["configs"]
+            return {k: (configs[k]["value"], configs[k]["source"]) for k in keys}
+
+        def wait_for(want):
+            self.eventually(lambda: self.assertEqual(described(want), want))
+
+        wait_for({"retention.ms": ("3600000", "DYNAMIC_TOPIC_CONFIG"),
+                  "cleanup.policy": ("delete", "DEFAULT_CONFIG")})
 
         self.java.ok("alter_configs", name=t, set={"max.message.bytes": "65536"},
                      delete=["retention.ms"], append={"cleanup.policy": "compact"})
-        configs = self.java.ok("describe_configs", name=t)["configs"]
-        self.assertEqual({k: (configs[k]["value"], configs[k]["source"])
-                          for k in ("max.message.bytes", "retention.ms", "cleanup.policy")},
-                         {"max.message.bytes": ("65536", "DYNAMIC_TOPIC_CONFIG"),
-                          "retention.ms": ("604800000", "DEFAULT_CONFIG"),
-                          "cleanup.policy": ("delete,compact", "DYNAMIC_TOPIC_CONFIG")})
+        wait_for({"max.message.bytes": ("65536", "DYNAMIC_TOPIC_CONFIG"),
+                  "retention.ms": ("604800000", "DEFAULT_CONFIG"),
+                  "cleanup.policy": ("delete,compact", "DYNAMIC_TOPIC_CONFIG")})
         self.java.ok("alter_configs", name=t, subtract={"cleanup.policy": "delete"})
-        self.assertEqual(self.java.ok("describe_configs", name=t)["configs"]
-                         ["cleanup.policy"]["value"], "compact")
+        wait_for({"cleanup.policy": ("compact", "DYNAMIC_TOPIC_CONFIG")})
 
         bad = self.java.call("alter_configs", name=t, set={"retention.ms": "soon"})
         self.assertEqual(bad.get("error"), "InvalidConfigurationException", bad)
