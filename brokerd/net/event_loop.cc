@@ -1,6 +1,5 @@
 #include "brokerd/net/event_loop.h"
 
-#include <cstdio>
 #include <exception>
 
 #include "common/log/log.h"
@@ -9,40 +8,48 @@ namespace runnel::brokerd {
 
 EventLoop::EventLoop() {
   uv_loop_init(&loop_);
-  uv_async_init(&loop_, &async_, &EventLoop::OnAsync);
-  async_.data = this;
+  async_.Init(&loop_, [this] { Drain(); });
 }
 
 EventLoop::~EventLoop() {
-  if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&async_))) {
-    uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    async_.Close();
   }
-  uv_run(&loop_, UV_RUN_DEFAULT);
-  uv_loop_close(&loop_);
+  for (int pass = 0; pass < kMaxClosingPasses; ++pass) {
+    if (uv_loop_close(&loop_) == 0) return;
+    uv_run(&loop_, UV_RUN_NOWAIT);
+  }
+  if (uv_loop_close(&loop_) == 0) return;
+  // Only to say which: closing them here would free nothing and hide whose they were.
+  uv_walk(
+      &loop_,
+      [](uv_handle_t* h, void*) {
+        log::Get("brokerd.loop")
+            ->error("a {} handle is still {} as the loop goes; its holder did not close it",
+                    uv_handle_type_name(uv_handle_get_type(h)),
+                    uv_is_closing(h) != 0 ? "closing" : "open");
+      },
+      nullptr);
 }
 
 void EventLoop::Run() { uv_run(&loop_, UV_RUN_DEFAULT); }
 
 void EventLoop::Post(std::function<void()> fn) {
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_) return;
-    queue_.push_back(std::move(fn));
-  }
-  uv_async_send(&async_);
+  std::lock_guard lock(mu_);
+  if (stopping_) return;
+  queue_.push_back(std::move(fn));
+  async_.Send();
 }
 
 void EventLoop::Stop(std::function<void()> on_stop) {
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_) return;
-    stopping_ = true;
-    on_stop_ = std::move(on_stop);
-  }
-  uv_async_send(&async_);
+  std::lock_guard lock(mu_);
+  if (stopping_) return;
+  stopping_ = true;
+  on_stop_ = std::move(on_stop);
+  async_.Send();
 }
-
-void EventLoop::OnAsync(uv_async_t* handle) { static_cast<EventLoop*>(handle->data)->Drain(); }
 
 void EventLoop::Drain() {
   std::vector<std::function<void()>> work;
@@ -65,9 +72,8 @@ void EventLoop::Drain() {
   }
   if (stopping) {
     if (on_stop) on_stop();
-    if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&async_))) {
-      uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
-    }
+    std::lock_guard lock(mu_);
+    async_.Close();
   }
 }
 
