@@ -20,10 +20,11 @@ constexpr size_t kReadBytes = 64 << 10;
 
 }  // namespace
 
-// One connection attempt and, once it succeeds, the connection. Freed by its handle's close
-// callback, which libuv runs after the callbacks of every request still pending on it.
+// One connection attempt and, once it succeeds, the connection. Once dropped it is owned by
+// its pipe's close callback, which libuv runs after the callbacks of every request still
+// pending on the pipe (they reach the connection through the pipe's `data`).
 struct AppendStream::Connection {
-  uv_pipe_t pipe;
+  UvHandle<uv_pipe_t> pipe;  // its `data` is this
   uv_connect_t connect;
   AppendStream* owner;  // nullptr once the stream let go of it
   bool connected = false;
@@ -43,30 +44,30 @@ struct WriteRequest {
 AppendStream::AppendStream(EventLoop& loop, std::string socket_path)
     : loop_(loop), socket_path_(std::move(socket_path)) {}
 
-bool AppendStream::connected() const { return conn_ != nullptr && conn_->connected; }
+AppendStream::~AppendStream() { Close(); }
 
-void AppendStream::OnTimer(uv_timer_t* timer) { static_cast<AppendStream*>(timer->data)->OnTick(); }
+bool AppendStream::connected() const { return conn_ != nullptr && conn_->connected; }
 
 void AppendStream::Start() {
   if (started_ || closed_) return;
   started_ = true;
-  uv_timer_init(loop_.raw(), &timer_);
-  timer_.data = this;
+  timer_.Init(loop_.raw());
   Connect();
 }
 
 void AppendStream::Connect() {
-  auto* conn = new Connection();
+  auto conn = std::make_unique<Connection>();
   conn->owner = this;
-  uv_pipe_init(loop_.raw(), &conn->pipe, 0);
-  conn->pipe.data = conn;
-  conn->connect.data = conn;
-  conn_ = conn;
-  uv_pipe_connect(&conn->connect, &conn->pipe, socket_path_.c_str(),
-                  [](uv_connect_t* req, int status) {
-                    auto* c = static_cast<Connection*>(req->data);
-                    if (c->owner != nullptr) c->owner->OnConnected(c, status);
-                  });
+  conn->pipe.Init([this](uv_pipe_t* h) { return uv_pipe_init(loop_.raw(), h, 0); });
+  conn->pipe.get()->data = conn.get();
+  conn->connect.data = conn.get();
+  uv_pipe_t* pipe = conn->pipe.get();
+  uv_connect_t* connect = &conn->connect;
+  conn_ = std::move(conn);
+  uv_pipe_connect(connect, pipe, socket_path_.c_str(), [](uv_connect_t* req, int status) {
+    auto* c = static_cast<Connection*>(req->data);
+    if (c->owner != nullptr) c->owner->OnConnected(c, status);
+  });
 }
 
 void AppendStream::OnConnected(Connection* conn, int status) {
@@ -78,7 +79,7 @@ void AppendStream::OnConnected(Connection* conn, int status) {
     return;
   }
   int rc = uv_read_start(
-      reinterpret_cast<uv_stream_t*>(&conn->pipe),
+      reinterpret_cast<uv_stream_t*>(conn->pipe.get()),
       [](uv_handle_t* h, size_t, uv_buf_t* buf) {
         auto* c = static_cast<Connection*>(h->data);
         *buf = uv_buf_init(c->read_buf.data(), static_cast<unsigned>(c->read_buf.size()));
@@ -116,12 +117,12 @@ void AppendStream::Append(storage::AppendRequest req, std::chrono::milliseconds 
   AppendFrame(message.SerializeAsString(), &write->bytes);
   uv_buf_t buf = uv_buf_init(write->bytes.data(), static_cast<unsigned>(write->bytes.size()));
   int rc = uv_write(
-      &write->req, reinterpret_cast<uv_stream_t*>(&conn_->pipe), &buf, 1,
+      &write->req, reinterpret_cast<uv_stream_t*>(conn_->pipe.get()), &buf, 1,
       [](uv_write_t* req, int status) {
         auto* w = reinterpret_cast<WriteRequest*>(req);
         auto* c = static_cast<Connection*>(req->handle->data);
         delete w;
-        if (status < 0 && c->owner != nullptr && c->owner->conn_ == c) {
+        if (status < 0 && c->owner != nullptr && c->owner->conn_.get() == c) {
           c->owner->Broken(grpc::Status(
               grpc::StatusCode::UNAVAILABLE,
               fmt::format("writing to storaged's append socket: {}", uv_strerror(status))));
@@ -141,7 +142,7 @@ void AppendStream::BreakSoon(grpc::Status why) {
   if (!break_soon_) break_soon_ = std::move(why);
   if (!started_ || closed_) return;
   timer_running_ = true;
-  uv_timer_start(&timer_, OnTimer, 0, kTickMs);
+  timer_.Start(0, kTickMs, [this] { OnTick(); });
 }
 
 void AppendStream::OnRead(Connection* conn, ssize_t nread, const uv_buf_t* buf) {
@@ -156,7 +157,7 @@ void AppendStream::OnRead(Connection* conn, ssize_t nread, const uv_buf_t* buf) 
   conn->reader.Feed(buf->base, static_cast<size_t>(nread));
   storage::AppendStreamResponse message;
   // A `done` may close the stream, or break it with a write: stop once conn is not ours.
-  while (conn_ == conn) {
+  while (conn_.get() == conn) {
     std::string_view payload;
     FrameReader::Next next = conn->reader.Pop(&payload);
     if (next == FrameReader::Next::kNeedMore) break;
@@ -212,12 +213,10 @@ void AppendStream::Broken(const grpc::Status& why) {
 }
 
 void AppendStream::Drop() {
-  Connection* conn = conn_;
-  if (conn == nullptr) return;
-  conn_ = nullptr;
-  conn->owner = nullptr;
-  uv_close(reinterpret_cast<uv_handle_t*>(&conn->pipe),
-           [](uv_handle_t* h) { delete static_cast<Connection*>(h->data); });
+  if (conn_ == nullptr) return;
+  conn_->owner = nullptr;
+  Connection* conn = conn_.get();
+  conn->pipe.Close([owned = std::move(conn_)] {});
   reconnect_at_ = std::chrono::steady_clock::now() + backoff_;
   backoff_ = std::min(backoff_ * 2, kMaxBackoff);
 }
@@ -228,9 +227,9 @@ void AppendStream::UpdateTimer() {
   if (wanted == timer_running_) return;
   timer_running_ = wanted;
   if (wanted) {
-    uv_timer_start(&timer_, OnTimer, kTickMs, kTickMs);
+    timer_.Start(kTickMs, kTickMs, [this] { OnTick(); });
   } else {
-    uv_timer_stop(&timer_);
+    timer_.Stop();
   }
 }
 
@@ -240,7 +239,7 @@ void AppendStream::Close() {
   Drop();
   calls_.clear();
   break_soon_.reset();
-  if (started_) uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
+  timer_.Close();
 }
 
 }  // namespace runnel::brokerd

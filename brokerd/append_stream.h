@@ -22,10 +22,12 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "brokerd/net/event_loop.h"
+#include "brokerd/net/uv_handle.h"
 #include "proto/runnel/storage.pb.h"
 
 namespace runnel::brokerd {
@@ -35,7 +37,7 @@ class AppendStream {
   using Done = std::function<void(const grpc::Status&, storage::AppendResponse&)>;
 
   AppendStream(EventLoop& loop, std::string socket_path);
-  ~AppendStream() = default;
+  ~AppendStream();
   AppendStream(const AppendStream&) = delete;
   AppendStream& operator=(const AppendStream&) = delete;
 
@@ -48,7 +50,7 @@ class AppendStream {
   void Append(storage::AppendRequest req, std::chrono::milliseconds timeout, Done done);
   // Closes the connection and the timer for good. The calls in flight are dropped without
   // running their `done`, as a stopping loop drops a gRPC completion. Call it before the
-  // loop's last run, while the owner is closing its handles.
+  // loop's last run, while the owner is closing its handles (the destructor does too).
   void Close();
 
   size_t in_flight() const { return calls_.size(); }
@@ -68,7 +70,6 @@ class AppendStream {
   void OnConnected(Connection* conn, int status);
   void OnRead(Connection* conn, ssize_t nread, const uv_buf_t* buf);
   void OnTick();
-  static void OnTimer(uv_timer_t* timer);
   // Drops the connection and fails every call in flight with `why`.
   void Broken(const grpc::Status& why);
   // The same from the timer's next run (at once), for failures met inside Append.
@@ -81,10 +82,11 @@ class AppendStream {
 
   EventLoop& loop_;
   const std::string socket_path_;
-  Connection* conn_ = nullptr;  // connecting or connected
-  std::deque<Call> calls_;      // sent, in order, not yet answered
+  // Connecting or connected. A dropped one is owned by its pipe's close callback.
+  std::unique_ptr<Connection> conn_;
+  std::deque<Call> calls_;  // sent, in order, not yet answered
   uint64_t next_id_ = 1;
-  uv_timer_t timer_;
+  UvTimer timer_;
   bool started_ = false;
   bool closed_ = false;
   bool timer_running_ = false;

@@ -125,14 +125,13 @@ void Broker::StopLoop() {
     // Group shards answer their parked requests and close their timers.
     groups_.Stop();
     server_.Close();
+    // Calls in flight on the append socket are dropped unanswered (their connections are
+    // closing).
     append_stream_.Close();
-    // Close what else is open (signal handlers, pending timers) so the loop can end.
-    uv_walk(
-        loop_.raw(),
-        [](uv_handle_t* h, void*) {
-          if (!uv_is_closing(h) && h->type != UV_TCP) uv_close(h, nullptr);
-        },
-        nullptr);
+    reconciler_.Close();
+    heartbeat_timer_.Close();
+    sigterm_.Close();
+    sigint_.Close();
   });
 }
 
@@ -213,12 +212,9 @@ Status Broker::Start(const std::atomic<bool>& stop) {
   controller_.StartWatch(
       [this](const runnel::controller::MetadataUpdate& update) { OnMetadata(update); });
 
-  uv_timer_init(loop_.raw(), &heartbeat_timer_);
-  heartbeat_timer_.data = this;
+  heartbeat_timer_.Init(loop_.raw());
   const uint64_t interval = static_cast<uint64_t>(config_.GetInt("broker.heartbeat.interval.ms"));
-  uv_timer_start(
-      &heartbeat_timer_, [](uv_timer_t* t) { static_cast<Broker*>(t->data)->SendHeartbeat(); },
-      interval, interval);
+  heartbeat_timer_.Start(interval, interval, [this] { SendHeartbeat(); });
   return absl::OkStatus();
 }
 
@@ -311,12 +307,14 @@ int Broker::Run() {
     Log()->info("signal {} received, shutting down", signum);
     static_cast<Broker*>(handle->data)->StopLoop();
   };
-  uv_signal_init(loop_.raw(), &sigterm_);
-  uv_signal_init(loop_.raw(), &sigint_);
-  sigterm_.data = this;
-  sigint_.data = this;
-  uv_signal_start(&sigterm_, on_signal, SIGTERM);
-  uv_signal_start(&sigint_, on_signal, SIGINT);
+  for (auto [handle, signum] : {std::pair{&sigterm_, SIGTERM}, std::pair{&sigint_, SIGINT}}) {
+    int rc = handle->Init([this](uv_signal_t* h) { return uv_signal_init(loop_.raw(), h); });
+    if (rc == 0) {
+      handle->get()->data = this;
+      rc = uv_signal_start(handle->get(), on_signal, signum);
+    }
+    if (rc != 0) Log()->error("cannot handle signal {}: {}", signum, uv_strerror(rc));
+  }
   // A signal that came before these handlers took over.
   if (stop_requested_ != nullptr && stop_requested_->load()) {
     Log()->info("stop requested during start-up, shutting down");

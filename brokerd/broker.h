@@ -21,6 +21,7 @@
 #include "brokerd/metadata_cache.h"
 #include "brokerd/net/event_loop.h"
 #include "brokerd/net/kafka_server.h"
+#include "brokerd/net/uv_handle.h"
 #include "brokerd/partition_states.h"
 #include "brokerd/storage_client.h"
 #include "brokerd/storage_reconciler.h"
@@ -65,7 +66,8 @@ class Broker {
   void OnHeartbeat(const grpc::Status& status,
                    const runnel::controller::BrokerHeartbeatResponse& response);
   void Reregister();
-  // Thread-safe: closes the listeners, connections and other handles; Run() then returns.
+  // Thread-safe: ends what waits on the loop and closes every handle of the broker's pieces
+  // (each piece closes its own); Run() then returns.
   void StopLoop();
 
   const config::Config& config_;
@@ -90,9 +92,9 @@ class Broker {
   int64_t broker_epoch_ = -1;
   bool heartbeat_out_ = false;      // a heartbeat or re-registration is in flight
   bool heartbeat_failing_ = false;  // the last heartbeat failed (logged once per outage)
-  uv_timer_t heartbeat_timer_;
-  uv_signal_t sigterm_;
-  uv_signal_t sigint_;
+  UvTimer heartbeat_timer_;
+  UvHandle<uv_signal_t> sigterm_;  // its `data` is this
+  UvHandle<uv_signal_t> sigint_;
 };
 
 }  // namespace runnel::brokerd

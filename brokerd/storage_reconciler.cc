@@ -46,18 +46,15 @@ StorageReconciler::StorageReconciler(EventLoop& loop, const MetadataCache& metad
       states_(states),
       storage_(storage),
       node_id_(node_id),
-      configs_for_(std::move(configs_for)) {
-  uv_timer_init(loop_.raw(), &retry_timer_);
-  retry_timer_.data = this;
-}
+      configs_for_(std::move(configs_for)),
+      retry_timer_(loop_.raw()) {}
 
 StorageReconciler::~StorageReconciler() = default;
 
 void StorageReconciler::Close() {
   if (closed_) return;
   closed_ = true;
-  uv_timer_stop(&retry_timer_);
-  uv_close(reinterpret_cast<uv_handle_t*>(&retry_timer_), nullptr);
+  retry_timer_.Close();
 }
 
 void StorageReconciler::Kick() {
@@ -163,9 +160,7 @@ void StorageReconciler::PassDone(bool ok) {
   running_ = false;
   if (closed_) return;
   if (!ok) {
-    uv_timer_start(
-        &retry_timer_, [](uv_timer_t* t) { static_cast<StorageReconciler*>(t->data)->Kick(); },
-        kRetryMs, 0);
+    retry_timer_.Start(kRetryMs, 0, [this] { Kick(); });
     return;
   }
   if (again_) Pass();

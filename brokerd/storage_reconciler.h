@@ -11,9 +11,8 @@
 #include <map>
 #include <string>
 
-#include <uv.h>
-
 #include "brokerd/metadata_cache.h"
+#include "brokerd/net/uv_handle.h"
 #include "brokerd/partition_states.h"
 #include "brokerd/storage_client.h"
 
@@ -31,7 +30,8 @@ class StorageReconciler {
 
   // Starts a pass now, or after the one running.
   void Kick();
-  // Closes the retry timer (loop thread, before the loop ends).
+  // Stops for good and closes the retry timer (loop thread, before the loop ends; the
+  // destructor closes it too).
   void Close();
 
   // True when the last pass found nothing to do (for tests and waiting handlers).
@@ -51,7 +51,7 @@ class StorageReconciler {
   bool again_ = false;
   bool in_sync_ = false;
   bool closed_ = false;
-  uv_timer_t retry_timer_;
+  UvTimer retry_timer_;
   // What each topic's partitions were last given, by topic name.
   std::map<std::string, std::map<std::string, std::string>> pushed_configs_;
 };

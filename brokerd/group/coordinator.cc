@@ -1,7 +1,6 @@
 #include "brokerd/group/coordinator.h"
 
 #include <fmt/format.h>
-#include <uv.h>
 
 #include <algorithm>
 #include <chrono>
@@ -195,13 +194,6 @@ bool GroupSlot::Unused() const {
 
 // ---- Shard ---------------------------------------------------------------------------------
 
-struct Shard::Timer {
-  uv_timer_t handle;
-  Shard* shard = nullptr;
-  TimerId id = 0;
-  std::function<void()> fn;
-};
-
 Shard::Shard(BrokerContext& broker, int32_t partition, int32_t leader_epoch,
              const GroupConfig& config)
     : broker_(broker),
@@ -222,34 +214,18 @@ int64_t Shard::NowMs() {
 GroupEnv::TimerId Shard::StartTimer(int64_t delay_ms, std::function<void()> fn) {
   const TimerId id = next_timer_++;
   if (state_ == State::kUnloaded) return id;  // never runs
-  auto* t = new Timer();
-  t->shard = this;
-  t->id = id;
-  t->fn = std::move(fn);
-  uv_timer_init(broker_.loop.raw(), &t->handle);
-  t->handle.data = t;
-  uv_timer_start(
-      &t->handle,
-      [](uv_timer_t* h) {
-        auto* t = static_cast<Timer*>(h->data);
-        Shard* shard = t->shard;
-        std::function<void()> fn = std::move(t->fn);
-        shard->CancelTimer(t->id);  // closes and frees `t`
-        fn();
-      },
-      static_cast<uint64_t>(std::max<int64_t>(delay_ms, 0)), 0);
-  timers_[id] = t;
+  UvTimer& timer = timers_[id];
+  timer.Init(broker_.loop.raw());
+  timer.Start(static_cast<uint64_t>(std::max<int64_t>(delay_ms, 0)), 0,
+              [this, id, fn = std::move(fn)] {
+                CancelTimer(id);  // closes the timer; this runs on a copy of the callback
+                fn();
+              });
   return id;
 }
 
 void Shard::CancelTimer(TimerId id) {
-  auto it = timers_.find(id);
-  if (it == timers_.end()) return;
-  Timer* t = it->second;
-  timers_.erase(it);
-  uv_timer_stop(&t->handle);
-  uv_close(reinterpret_cast<uv_handle_t*>(&t->handle),
-           [](uv_handle_t* h) { delete static_cast<Timer*>(h->data); });
+  timers_.erase(id);  // the timer's destructor closes it
 }
 
 void Shard::Write(std::vector<LogRecord> records, std::function<void(ErrorCode error)> done) {
@@ -339,7 +315,7 @@ void Shard::Unload() {
   FailPendingWrites();
   groups_.clear();  // the groups' destructors cancel their timers
   loaded_classic_.clear();
-  while (!timers_.empty()) CancelTimer(timers_.begin()->first);
+  timers_.clear();
   load_done_ = nullptr;
   Log()->debug("unloaded __consumer_offsets-{}", partition_);
 }
@@ -871,8 +847,7 @@ void Coordinator::FinishEnsure(ErrorCode error) {
 }
 
 struct Coordinator::LoadWait {
-  uv_timer_t timer;
-  Coordinator* coordinator = nullptr;
+  UvTimer timer;
   std::vector<std::string> group_ids;
   int64_t deadline_ms = 0;
   std::function<void()> then;
@@ -888,35 +863,31 @@ bool Coordinator::AnyLoading(const std::vector<std::string>& group_ids) {
 void Coordinator::WaitUntilLoaded(std::vector<std::string> group_ids, int64_t timeout_ms,
                                   std::function<void()> then) {
   if (stopped_ || !AnyLoading(group_ids)) return then();
-  auto* w = new LoadWait();
-  w->coordinator = this;
+  const uint64_t id = next_load_wait_++;
+  auto w = std::make_unique<LoadWait>();
   w->group_ids = std::move(group_ids);
   w->deadline_ms = static_cast<int64_t>(uv_now(broker_.loop.raw())) + timeout_ms;
   w->then = std::move(then);
-  uv_timer_init(broker_.loop.raw(), &w->timer);
-  w->timer.data = w;
-  load_waits_.insert(w);
+  w->timer.Init(broker_.loop.raw());
   // Loads finish within a few reads; polling keeps the shard free of waiter bookkeeping.
   constexpr uint64_t kPollMs = 20;
-  uv_timer_start(
-      &w->timer,
-      [](uv_timer_t* t) {
-        auto* w = static_cast<LoadWait*>(t->data);
-        Coordinator* c = w->coordinator;
-        if (c->AnyLoading(w->group_ids) && static_cast<int64_t>(uv_now(t->loop)) < w->deadline_ms) {
-          return;
-        }
-        c->EndLoadWait(w);
-      },
-      kPollMs, kPollMs);
+  w->timer.Start(kPollMs, kPollMs, [this, id] {
+    auto it = load_waits_.find(id);
+    if (it == load_waits_.end()) return;
+    if (AnyLoading(it->second->group_ids) &&
+        static_cast<int64_t>(uv_now(broker_.loop.raw())) < it->second->deadline_ms) {
+      return;
+    }
+    EndLoadWait(id);
+  });
+  load_waits_.emplace(id, std::move(w));
 }
 
-void Coordinator::EndLoadWait(LoadWait* w) {
-  load_waits_.erase(w);
-  std::function<void()> then = std::move(w->then);
-  uv_timer_stop(&w->timer);
-  uv_close(reinterpret_cast<uv_handle_t*>(&w->timer),
-           [](uv_handle_t* h) { delete static_cast<LoadWait*>(h->data); });
+void Coordinator::EndLoadWait(uint64_t id) {
+  auto it = load_waits_.find(id);
+  if (it == load_waits_.end()) return;
+  std::function<void()> then = std::move(it->second->then);
+  load_waits_.erase(it);  // the timer's destructor closes it
   then();
 }
 
@@ -961,7 +932,7 @@ void Coordinator::Reconcile() {
 
 void Coordinator::Stop() {
   stopped_ = true;
-  while (!load_waits_.empty()) EndLoadWait(*load_waits_.begin());
+  while (!load_waits_.empty()) EndLoadWait(load_waits_.begin()->first);
   auto shards = std::move(shards_);
   shards_.clear();
   for (auto& [p, shard] : shards) shard->Unload();

@@ -39,10 +39,9 @@
 #include "brokerd/group/consumer_group.h"
 #include "brokerd/group/group_env.h"
 #include "brokerd/group/records.h"
+#include "brokerd/net/uv_handle.h"
 #include "common/util/status.h"
 #include "proto/runnel/storage.grpc.pb.h"
-
-typedef struct uv_timer_s uv_timer_t;
 
 namespace runnel::brokerd {
 struct BrokerContext;
@@ -161,7 +160,6 @@ class Shard final : public GroupEnv {
 
  private:
   friend class Coordinator;
-  struct Timer;
 
   void ReadNext(int64_t offset);
   void OnRead(const grpc::Status& status, storage::ReadResponse& resp, int64_t offset);
@@ -194,7 +192,7 @@ class Shard final : public GroupEnv {
   std::map<uint64_t, std::function<void(ErrorCode)>> pending_writes_;
 
   TimerId next_timer_ = 1;
-  std::map<TimerId, Timer*> timers_;
+  std::map<TimerId, UvTimer> timers_;  // started and not yet run nor cancelled
   TimerId expiry_timer_ = 0;
 
   // Callbacks from storage hold a weak reference: the shard may be gone when they run.
@@ -249,7 +247,8 @@ class Coordinator {
   struct LoadWait;
   void FinishEnsure(ErrorCode error);
   bool AnyLoading(const std::vector<std::string>& group_ids);
-  void EndLoadWait(LoadWait* w);
+  // Ends the wait `id` (if still there), then runs its `then`.
+  void EndLoadWait(uint64_t id);
 
   BrokerContext& broker_;
   GroupConfig config_;
@@ -257,7 +256,8 @@ class Coordinator {
   bool stopped_ = false;
   bool ensure_in_flight_ = false;
   std::vector<std::function<void(ErrorCode)>> ensure_waiters_;
-  std::set<LoadWait*> load_waits_;
+  std::map<uint64_t, std::unique_ptr<LoadWait>> load_waits_;
+  uint64_t next_load_wait_ = 1;
 };
 
 }  // namespace runnel::brokerd::group

@@ -21,6 +21,7 @@
 
 #include "brokerd/handlers/handler.h"
 #include "brokerd/handlers/wait.h"
+#include "brokerd/net/uv_handle.h"
 
 namespace runnel::brokerd {
 namespace {
@@ -66,7 +67,7 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
   FetchResponse resp;
   std::vector<Part> parts;
 
-  uv_timer_t* timer = nullptr;
+  UvTimer timer;  // while it may wait
   bool timed_out = false;
   bool reading = false;
   bool done = false;
@@ -76,28 +77,25 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
   FetchOp(BrokerContext& b, std::unique_ptr<RequestContext> c, Respond r)
       : broker(b), ctx(std::move(c)), respond(std::move(r)) {}
 
+  // A fetch that may wait is owned by its cancel_on_stop entry until it finishes (a broker
+  // stopping answers it now); its timer holds a weak reference, the partition watch and the
+  // read in flight strong ones.
   void Start() {
     if (max_wait_ms > 0 && min_bytes > 0) {
       cancel_id = broker.next_cancel_id++;
+      broker.cancel_on_stop.emplace(cancel_id, [op = shared_from_this()] { op->Finish(); });
+      timer.Init(broker.loop.raw());
       std::weak_ptr<FetchOp> weak = shared_from_this();
-      broker.cancel_on_stop.emplace(cancel_id, [weak] {
-        if (auto op = weak.lock()) op->Finish();
+      timer.Start(static_cast<uint64_t>(max_wait_ms), 0, [weak] {
+        auto op = weak.lock();
+        if (op == nullptr) return;
+        op->timed_out = true;
+        if (op->watch != 0) {
+          op->broker.partitions.Unwatch(op->watch);
+          op->watch = 0;
+        }
+        if (!op->reading) op->Attempt();
       });
-      timer = new uv_timer_t;
-      uv_timer_init(broker.loop.raw(), timer);
-      timer->data = new std::shared_ptr<FetchOp>(shared_from_this());
-      uv_timer_start(
-          timer,
-          [](uv_timer_t* t) {
-            std::shared_ptr<FetchOp> op = *static_cast<std::shared_ptr<FetchOp>*>(t->data);
-            op->timed_out = true;
-            if (op->watch != 0) {
-              op->broker.partitions.Unwatch(op->watch);
-              op->watch = 0;
-            }
-            if (!op->reading) op->Attempt();
-          },
-          static_cast<uint64_t>(max_wait_ms), 0);
     }
     Attempt();
   }
@@ -159,13 +157,12 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
     read.set_max_total_bytes(std::max(max_bytes, 1));
     reading = true;
     auto self = shared_from_this();
-    broker.storage.Read(
-        std::move(read), kReadTimeout,
-        [self, reading_parts = std::move(reading_parts), any_error](
-            const grpc::Status& status, storage::ReadResponse& result) {
-          self->reading = false;
-          self->OnRead(status, result, reading_parts, any_error);
-        });
+    broker.storage.Read(std::move(read), kReadTimeout,
+                        [self, reading_parts = std::move(reading_parts), any_error](
+                            const grpc::Status& status, storage::ReadResponse& result) {
+                          self->reading = false;
+                          self->OnRead(status, result, reading_parts, any_error);
+                        });
   }
 
   // Answers the reads from the partitions' tails (PartitionStates::ReadTail) when every one
@@ -273,17 +270,11 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
   void Finish() {
     if (done) return;
     done = true;
+    auto self = shared_from_this();  // the cancel_on_stop entry may hold the last reference
     if (cancel_id != 0) broker.cancel_on_stop.erase(cancel_id);
     if (watch != 0) broker.partitions.Unwatch(watch);
     watch = 0;
-    if (timer != nullptr) {
-      uv_timer_stop(timer);
-      uv_close(reinterpret_cast<uv_handle_t*>(timer), [](uv_handle_t* h) {
-        delete static_cast<std::shared_ptr<FetchOp>*>(h->data);
-        delete reinterpret_cast<uv_timer_t*>(h);
-      });
-      timer = nullptr;
-    }
+    timer.Close();
     for (Part& p : parts) resp.responses[p.topic].partitions.push_back(std::move(p.out));
     respond(EncodeResponse(*ctx, resp));
   }
@@ -332,7 +323,8 @@ void HandleFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, Res
         const PartitionInfo* p = nullptr;
         part.error = CheckLocalPartition(broker, info, partition.partition,
                                          partition.current_leader_epoch, &p);
-        if (p == nullptr && version >= kFirstTopicIdVersion) part.error = ErrorCode::kUnknownTopicId;
+        if (p == nullptr && version >= kFirstTopicIdVersion)
+          part.error = ErrorCode::kUnknownTopicId;
         if (p != nullptr) {
           part.leader = p->leader;
           part.leader_epoch = p->leader_epoch;

@@ -43,8 +43,9 @@ struct BrokerContext {
   AppendBatcher& appends;
   // The group coordinator (FindCoordinator, OffsetCommit, JoinGroup, ...).
   group::Coordinator& groups;
-  // Work waiting on the loop (long-poll fetches) registers how to end it early; the broker
-  // runs these when it stops, before the loop's handles are closed.
+  // Work waiting on the loop (long-poll fetches, WaitForMetadata) registers how to end it
+  // early, and is owned by its entry until it ends; the broker runs these when it stops,
+  // before the listeners and connections close, so each ends as at its timeout.
   std::unordered_map<uint64_t, std::function<void()>> cancel_on_stop = {};
   uint64_t next_cancel_id = 1;
   // fetch.max.bytes (a restart key), read once rather than on every Fetch.

@@ -1,36 +1,38 @@
 #include "brokerd/handlers/wait.h"
 
-#include <uv.h>
-
 #include <algorithm>
+#include <memory>
+
+#include "brokerd/net/uv_handle.h"
 
 namespace runnel::brokerd {
 namespace {
 
+// One WaitForMetadata. Owned by the broker's cancel_on_stop entry until it finishes (so a
+// broker stopping ends it, as its timeout would); the metadata cache's and the partition
+// states' pending rechecks hold their own references, the timer a weak one.
 struct Waiter {
   std::function<bool()> ready;
   std::function<void()> then;
-  uv_timer_t timer;
+  UvTimer timer;
+  uint64_t cancel_id = 0;
   bool done = false;
   bool on_metadata = false;    // a recheck is registered with the metadata cache
   bool on_partitions = false;  // ... and with the partition states
 };
 
-// The timer's data is a heap shared_ptr owning the waiter until the timer is closed; the
-// cache's pending callbacks hold their own references.
-void Finish(const std::shared_ptr<Waiter>& w) {
+void Finish(BrokerContext& broker, const std::shared_ptr<Waiter>& w) {
   if (w->done) return;
   w->done = true;
-  uv_timer_stop(&w->timer);
-  uv_close(reinterpret_cast<uv_handle_t*>(&w->timer), [](uv_handle_t* h) {
-    delete static_cast<std::shared_ptr<Waiter>*>(h->data);
-  });
-  w->then();
+  w->timer.Close();
+  std::function<void()> then = std::move(w->then);
+  broker.cancel_on_stop.erase(w->cancel_id);  // may drop the last reference but `w`
+  then();
 }
 
 void Recheck(BrokerContext& broker, const std::shared_ptr<Waiter>& w) {
   if (w->done) return;
-  if (w->ready()) return Finish(w);
+  if (w->ready()) return Finish(broker, w);
   if (!w->on_metadata) {
     w->on_metadata = true;
     broker.metadata.OnNextUpdate([&broker, w] {
@@ -54,15 +56,13 @@ void WaitForMetadata(BrokerContext& broker, std::function<bool()> ready, int64_t
   auto w = std::make_shared<Waiter>();
   w->ready = std::move(ready);
   w->then = std::move(then);
-  uv_timer_init(broker.loop.raw(), &w->timer);
-  w->timer.data = new std::shared_ptr<Waiter>(w);
-  uv_timer_start(
-      &w->timer,
-      [](uv_timer_t* t) {
-        std::shared_ptr<Waiter> w = *static_cast<std::shared_ptr<Waiter>*>(t->data);
-        Finish(w);
-      },
-      static_cast<uint64_t>(std::max<int64_t>(timeout_ms, 0)), 0);
+  w->cancel_id = broker.next_cancel_id++;
+  broker.cancel_on_stop.emplace(w->cancel_id, [&broker, w] { Finish(broker, w); });
+  w->timer.Init(broker.loop.raw());
+  std::weak_ptr<Waiter> weak = w;
+  w->timer.Start(static_cast<uint64_t>(std::max<int64_t>(timeout_ms, 0)), 0, [&broker, weak] {
+    if (auto w = weak.lock()) Finish(broker, w);
+  });
   Recheck(broker, w);
 }
 

@@ -9,8 +9,8 @@
 namespace runnel::brokerd {
 
 // Runs `then` on the loop once `ready()` is true (checked now and after every metadata
-// update and every change of storaged's partitions) or after `timeout_ms`, whichever comes
-// first; exactly once.
+// update and every change of storaged's partitions) or after `timeout_ms` or when the broker
+// stops (BrokerContext::cancel_on_stop), whichever comes first; exactly once.
 void WaitForMetadata(BrokerContext& broker, std::function<bool()> ready, int64_t timeout_ms,
                      std::function<void()> then);
 

@@ -56,16 +56,16 @@ constexpr int kMaxReadsPerWakeup = 32;
 
 }  // namespace
 
-// One client connection. Owned by the server's map (shared_ptr) until its poll handle's
-// close callback; responders hold weak_ptrs so a late answer to a closed connection is
-// dropped. Owns the socket fd (closed in the destructor, after the poll handle is closed).
+// One client connection. Owned by the server's map (shared_ptr) until it closes, then by its
+// poll handle's close callback, which takes it out of the map; responders hold weak_ptrs so
+// a late answer to a closed connection is dropped. Owns the socket fd (closed in the
+// destructor, after the poll handle).
 class KafkaServer::Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(KafkaServer* server, uint64_t id, std::string listener, int fd)
-      : server_(server), id_(id), listener_(std::move(listener)), fd_(fd) {
-    poll_.data = this;
-  }
+      : server_(server), id_(id), listener_(std::move(listener)), fd_(fd) {}
   ~Connection() {
+    poll_.Close();
     if (fd_ >= 0) ::close(fd_);
   }
 
@@ -78,12 +78,12 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     peer_ = PeerAddress(fd_, &ip_);
     int one = 1;
     setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    int rc = uv_poll_init(loop, &poll_, fd_);
+    int rc = poll_.Init([&](uv_poll_t* h) { return uv_poll_init(loop, h, fd_); });
     if (rc != 0) {
       Log()->warn("connection from {}: cannot poll its socket: {}", peer_, uv_strerror(rc));
       return false;
     }
-    poll_initialized_ = true;
+    poll_.get()->data = this;
     return true;
   }
 
@@ -92,15 +92,15 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
   // Starts closing; the server forgets the connection in the close callback. Queued
   // responses not yet written are dropped.
   void Close() {
-    if (closing_ || !poll_initialized_) return;
+    if (closing_ || !poll_) return;
     closing_ = true;
-    self_ = shared_from_this();
-    uv_close(reinterpret_cast<uv_handle_t*>(&poll_), [](uv_handle_t* h) {
-      auto* conn = static_cast<Connection*>(h->data);
-      std::shared_ptr<Connection> keep = std::move(conn->self_);
-      conn->server_->Forget(conn->id_, conn->ip_);
+    poll_.Close([self = shared_from_this()] {
+      if (self->server_ != nullptr) self->server_->Forget(self->id_, self->ip_);
     });
   }
+
+  // The server is going: a close finishing later must not call back into it.
+  void Detach() { server_ = nullptr; }
 
  private:
   struct Slot {
@@ -156,7 +156,7 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     int events = (reading_ ? UV_READABLE : 0) | (waiting_writable_ ? UV_WRITABLE : 0);
     if (events == polled_events_) return;
     polled_events_ = events;
-    int rc = events == 0 ? uv_poll_stop(&poll_) : uv_poll_start(&poll_, events, &OnPoll);
+    int rc = events == 0 ? uv_poll_stop(poll_.get()) : uv_poll_start(poll_.get(), events, &OnPoll);
     if (rc != 0) {
       Log()->warn("connection {} from {}: cannot poll its socket: {}; closing it", id_, peer_,
                   uv_strerror(rc));
@@ -494,10 +494,8 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
   std::string peer_;
   std::string ip_;
   int fd_;
-  uv_poll_t poll_;
-  bool poll_initialized_ = false;
+  UvHandle<uv_poll_t> poll_;  // its `data` is this
   int polled_events_ = 0;
-  std::shared_ptr<Connection> self_;  // keeps this alive until the close callback
   bool reading_ = false;
   bool waiting_writable_ = false;
   bool closing_ = false;
@@ -519,38 +517,42 @@ KafkaServer::KafkaServer(EventLoop& loop, RequestDispatcher& dispatcher, ServerL
                          FramePlacer placer)
     : loop_(loop), dispatcher_(dispatcher), limits_(limits), placer_(std::move(placer)) {}
 
-KafkaServer::~KafkaServer() = default;
+KafkaServer::~KafkaServer() {
+  Close();
+  for (auto& [id, c] : connections_) c->Detach();
+}
 
 Status KafkaServer::Listen(const std::vector<config::Listener>& listeners) {
   for (const config::Listener& l : listeners) {
+    // A listener that fails is closed by its handle's destructor on the way out.
     auto listener = std::make_unique<Listener>();
     listener->server = this;
     listener->name = l.name;
-    uv_tcp_init(loop_.raw(), &listener->handle);
-    listener->handle.data = listener.get();
     std::string host = l.host.empty() ? "0.0.0.0" : l.host;
+    int rc = listener->handle.Init([this](uv_tcp_t* h) { return uv_tcp_init(loop_.raw(), h); });
+    if (rc != 0) {
+      return absl::UnavailableError(
+          fmt::format("listeners: cannot listen on {}:{}: {}", host, l.port, uv_strerror(rc)));
+    }
+    uv_tcp_t* tcp = listener->handle.get();
+    tcp->data = listener.get();
     sockaddr_storage addr{};
     if (uv_ip4_addr(host.c_str(), l.port, reinterpret_cast<sockaddr_in*>(&addr)) != 0 &&
         uv_ip6_addr(host.c_str(), l.port, reinterpret_cast<sockaddr_in6*>(&addr)) != 0) {
-      uv_close(reinterpret_cast<uv_handle_t*>(&listener->handle), nullptr);
-      listeners_.push_back(std::move(listener));
       return absl::InvalidArgumentError(
           fmt::format("listeners: '{}' is not an IP address to listen on", host));
     }
-    int rc = uv_tcp_bind(&listener->handle, reinterpret_cast<sockaddr*>(&addr), 0);
+    rc = uv_tcp_bind(tcp, reinterpret_cast<sockaddr*>(&addr), 0);
     if (rc == 0) {
-      rc = uv_listen(reinterpret_cast<uv_stream_t*>(&listener->handle), 1024,
-                     &KafkaServer::OnNewConnection);
+      rc = uv_listen(reinterpret_cast<uv_stream_t*>(tcp), 1024, &KafkaServer::OnNewConnection);
     }
     if (rc != 0) {
-      uv_close(reinterpret_cast<uv_handle_t*>(&listener->handle), nullptr);
-      listeners_.push_back(std::move(listener));
       return absl::UnavailableError(
           fmt::format("listeners: cannot listen on {}:{}: {}", host, l.port, uv_strerror(rc)));
     }
     sockaddr_storage bound{};
     int len = sizeof(bound);
-    uv_tcp_getsockname(&listener->handle, reinterpret_cast<sockaddr*>(&bound), &len);
+    uv_tcp_getsockname(tcp, reinterpret_cast<sockaddr*>(&bound), &len);
     int port = bound.ss_family == AF_INET
                    ? ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port)
                    : ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
@@ -574,21 +576,22 @@ void KafkaServer::Accept(Listener* listener) {
   // libuv accepts into a uv_tcp_t; the connection takes its own descriptor of the socket
   // and the uv_tcp_t closes libuv's, so the connection is the socket's one owner (see the
   // header for why connections are not uv_tcp_t).
-  auto* accepted = new uv_tcp_t;
-  uv_tcp_init(loop_.raw(), accepted);
+  UvHandle<uv_tcp_t> accepted;
   int fd = -1;
-  int rc = uv_accept(reinterpret_cast<uv_stream_t*>(&listener->handle),
-                     reinterpret_cast<uv_stream_t*>(accepted));
+  int rc = accepted.Init([this](uv_tcp_t* h) { return uv_tcp_init(loop_.raw(), h); });
+  if (rc == 0) {
+    rc = uv_accept(reinterpret_cast<uv_stream_t*>(listener->handle.get()),
+                   reinterpret_cast<uv_stream_t*>(accepted.get()));
+  }
   if (rc == 0) {
     uv_os_fd_t raw = -1;
-    rc = uv_fileno(reinterpret_cast<uv_handle_t*>(accepted), &raw);
+    rc = uv_fileno(accepted.handle(), &raw);
     if (rc == 0) {
       fd = fcntl(raw, F_DUPFD_CLOEXEC, 0);
       if (fd < 0) rc = uv_translate_sys_error(errno);
     }
   }
-  uv_close(reinterpret_cast<uv_handle_t*>(accepted),
-           [](uv_handle_t* h) { delete reinterpret_cast<uv_tcp_t*>(h); });
+  accepted.Close();
   if (fd < 0) {
     Log()->warn("accept on {} failed: {}", listener->name, uv_strerror(rc));
     return;
@@ -617,11 +620,7 @@ void KafkaServer::Forget(uint64_t id, const std::string& ip) {
 
 void KafkaServer::Close() {
   closed_ = true;
-  for (auto& l : listeners_) {
-    if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&l->handle))) {
-      uv_close(reinterpret_cast<uv_handle_t*>(&l->handle), nullptr);
-    }
-  }
+  for (auto& l : listeners_) l->handle.Close();
   std::vector<std::shared_ptr<Connection>> all;
   for (auto& [id, c] : connections_) all.push_back(c);
   for (auto& c : all) c->Close();

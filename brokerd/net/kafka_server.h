@@ -31,6 +31,7 @@
 
 #include "brokerd/net/event_loop.h"
 #include "brokerd/net/request.h"
+#include "brokerd/net/uv_handle.h"
 #include "common/config/listeners.h"
 #include "common/util/status.h"
 
@@ -51,13 +52,15 @@ class KafkaServer {
   // `placer`, when given, may say where a frame larger than the read buffer is read to.
   KafkaServer(EventLoop& loop, RequestDispatcher& dispatcher, ServerLimits limits,
               FramePlacer placer = nullptr);
+  // Closes what is still open; connections still closing finish without calling back here.
   ~KafkaServer();
   KafkaServer(const KafkaServer&) = delete;
   KafkaServer& operator=(const KafkaServer&) = delete;
 
   // Binds and listens on every listener. Port 0 picks a free port (see bound_ports()).
   Status Listen(const std::vector<config::Listener>& listeners);
-  // Closes the listeners and every connection. Loop thread only.
+  // Closes the listeners and every connection (the connections leave connection_count() as
+  // their close callbacks run). Loop thread only.
   void Close();
 
   // listener name -> port actually bound.
@@ -67,7 +70,7 @@ class KafkaServer {
  private:
   class Connection;
   struct Listener {
-    uv_tcp_t handle;
+    UvHandle<uv_tcp_t> handle;  // its `data` is this Listener
     KafkaServer* server;
     std::string name;
   };
