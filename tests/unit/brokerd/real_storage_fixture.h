@@ -56,8 +56,9 @@ class RealStorageTest : public ::testing::Test {
   }
 
   // Makes root_ from the mkdtemp template `root_template`, opens one log dir under it, serves
-  // a StorageService on socket_ and makes storage_, a client of it on loop_ (not running yet).
-  void StartStorage(std::string root_template) {
+  // a StorageService on socket_ (root_/`socket_name`) and makes storage_, a client of it on
+  // loop_ (not running yet).
+  void StartStorage(std::string root_template, const std::string& socket_name = "s.sock") {
     ASSERT_NE(::mkdtemp(root_template.data()), nullptr);
     root_ = root_template;
     auto dirs = storaged::LogDirs::Open({root_ + "/logs"}, 1);
@@ -70,7 +71,7 @@ class RealStorageTest : public ::testing::Test {
     ASSERT_TRUE(logs.ok()) << logs.status();
     logs_ = std::move(*logs);
     service_ = std::make_unique<storaged::StorageServiceImpl>(*dirs_, *logs_);
-    socket_ = root_ + "/s.sock";
+    socket_ = root_ + "/" + socket_name;
     auto server = grpcutil::StartUnixServer(socket_, {service_.get()});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
