@@ -40,8 +40,8 @@ class UvCallbackHandle;
 // callback, or at once when its init failed. After Close() (or the destructor) no callback of
 // the handle runs but libuv's cancellations of its pending requests and the close callback;
 // get() is null from then on. The handle's `data` is the holder's to set; a holder that
-// points it at itself must not move while the handle is open. Loop thread only, and the
-// loop must outlive the close callback.
+// points it at itself must not move while the handle is open. Only the thread running the
+// loop (any thread once it stopped) uses it; the loop must outlive the close callback.
 template <typename T>
 class UvHandle {
  public:
