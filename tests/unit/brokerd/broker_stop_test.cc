@@ -344,7 +344,7 @@ class BrokerStopTest : public RealStorageTest {
       ASSERT_EQ(Decode(*frame, kFetchVersion, &resp), 1000 + attempt);
       ASSERT_EQ(resp.responses.size(), 1u);
       ASSERT_EQ(resp.responses[0].partitions.size(), 1u);
-      if (resp.responses[0].partitions[0].error_code == 0) return;
+      if (resp.responses[0].partitions[0].error_code == protocol::ErrorCode::kNone) return;
       std::this_thread::sleep_for(50ms);
     }
     FAIL() << "t-0 never became fetchable";
@@ -410,7 +410,7 @@ TEST_F(BrokerStopTest, AParkedFetchEndsWithTheStop) {
   EXPECT_EQ(Decode(*frame, kFetchVersion, &resp), 8);
   ASSERT_EQ(resp.responses.size(), 1u);
   ASSERT_EQ(resp.responses[0].partitions.size(), 1u);
-  EXPECT_EQ(resp.responses[0].partitions[0].error_code, 0);
+  EXPECT_EQ(resp.responses[0].partitions[0].error_code, protocol::ErrorCode::kNone);
   EXPECT_EQ(resp.responses[0].partitions[0].records.SizeInBytes(), 0u);
   EXPECT_FALSE(ReadFrame(fd)) << "the connection stayed open";
   ::close(fd);
