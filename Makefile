@@ -11,6 +11,7 @@
 #               their client programs there (Java client 4.4, a PyPI venv, franz-go)
 #   make compat build Release and run tests/compat (Kafka 4.4's own tools) against Kafka 4.4,
 #               the judge, then against a Runnel node (COMPAT_TESTS picks the test modules)
+#   make fmt-check  fail, naming the files, when a C++ file differs from what clang-format writes
 
 CONFIG ?= config/runnel.properties
 JOBS ?= $(shell nproc)
@@ -22,7 +23,7 @@ COMPAT_TESTS ?= test_topics test_console test_groups test_metadata_quorum \
   test_java_client test_python_clients test_go_client
 CMAKE_COMMON := -G Ninja -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
 
-.PHONY: all deps build run test unit-test fuzz-test bench soak fmt clean peers compat
+.PHONY: all deps build run test unit-test fuzz-test bench soak fmt fmt-check clean peers compat
 
 all: build
 
@@ -37,8 +38,9 @@ run: build
 	@mkdir -p data
 	exec $(RELEASE_DIR)/bin/runnel --config $(CONFIG)
 
-# The fuzzers run first so that the closing CTest summary is the whole suite's.
-test: fuzz-test unit-test
+# The style checks run first (seconds); the fuzzers next, so that the closing CTest summary
+# is the whole suite's.
+test: fmt-check fuzz-test unit-test
 
 unit-test: deps
 	cmake -S . -B $(TEST_DIR) $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=Debug -DRUNNEL_SANITIZE=ON
@@ -71,8 +73,11 @@ compat: build peers
 	cd tests/compat && RUNNEL_COMPAT_TARGET=runnel RUNNEL_BIN_DIR=$(CURDIR)/$(RELEASE_DIR)/bin \
 	  python3 -m unittest -v $(COMPAT_TESTS)
 
-fmt:
+fmt: deps
 	git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+fmt-check: deps
+	scripts/fmt-check
 
 clean:
 	rm -rf build
