@@ -12,18 +12,22 @@
 #   make compat build Release and run tests/compat (Kafka 4.4's own tools) against Kafka 4.4,
 #               the judge, then against a Runnel node (COMPAT_TESTS picks the test modules)
 #   make fmt-check  fail, naming the files, when a C++ file differs from what clang-format writes
+#   make thread-safety  check the lock annotations with clang -Wthread-safety (parse only)
 
 CONFIG ?= config/runnel.properties
 JOBS ?= $(shell nproc)
 RELEASE_DIR := build/release
 SEEDS ?= 20000
 TEST_DIR := build/asan
+# Configured with clang, never built: its compile_commands.json and generated headers serve
+# the parse-only checks (scripts/clang_build.py).
+CLANG_CHECK_DIR := build/tidy
 FUZZ_DIR := build/fuzz
 COMPAT_TESTS ?= test_topics test_console test_groups test_metadata_quorum \
   test_java_client test_python_clients test_go_client
 CMAKE_COMMON := -G Ninja -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
 
-.PHONY: all deps build run test unit-test fuzz-test bench soak fmt fmt-check clean peers compat
+.PHONY: all deps build run test unit-test fuzz-test bench soak fmt fmt-check clean peers compat thread-safety
 
 all: build
 
@@ -40,7 +44,7 @@ run: build
 
 # The style checks run first (seconds); the fuzzers next, so that the closing CTest summary
 # is the whole suite's.
-test: fmt-check fuzz-test unit-test
+test: fmt-check thread-safety fuzz-test unit-test
 
 unit-test: deps
 	cmake -S . -B $(TEST_DIR) $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=Debug -DRUNNEL_SANITIZE=ON
@@ -78,6 +82,9 @@ fmt: deps
 
 fmt-check: deps
 	scripts/fmt-check
+
+thread-safety: deps
+	nice scripts/thread-safety-check -j $(JOBS) --build-dir $(CLANG_CHECK_DIR)
 
 clean:
 	rm -rf build
