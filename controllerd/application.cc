@@ -150,7 +150,7 @@ void Application::ServeWhenReady() {
   auto next_warning = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (true) {
     {
-      std::unique_lock<std::mutex> lock(ready_mu_);
+      MutexLock lock(&ready_mu_);
       if (stopping_) return;
     }
     Status st = controller_->WaitForClusterId(std::chrono::steady_clock::now() +
@@ -163,10 +163,11 @@ void Application::ServeWhenReady() {
           "cluster's first entries ({})",
           st.message());
     }
-    std::unique_lock<std::mutex> lock(ready_mu_);
-    ready_cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stopping_; });
+    MutexLock lock(&ready_mu_);
+    ready_cv_.WaitFor(&ready_mu_, std::chrono::milliseconds(50),
+                      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ready_mu_) { return stopping_; });
   }
-  std::unique_lock<std::mutex> lock(ready_mu_);
+  MutexLock lock(&ready_mu_);
   if (stopping_) return;
   grpcutil::SetServing(*server_, true);
   logger->info("serving ControllerService on unix:{} as controller {}", socket_path_,
@@ -198,10 +199,10 @@ void Application::Stop() {
   if (stopped_) return;
   stopped_ = true;
   {
-    std::lock_guard<std::mutex> lock(ready_mu_);
+    MutexLock lock(&ready_mu_);
     stopping_ = true;
   }
-  ready_cv_.notify_all();
+  ready_cv_.SignalAll();
   if (ready_thread_.joinable()) ready_thread_.join();
   if (server_) grpcutil::SetServing(*server_, false);
   if (tcp_server_) grpcutil::SetServing(*tcp_server_, false);

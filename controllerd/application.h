@@ -12,13 +12,12 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "common/config/config.h"
+#include "common/util/mutex.h"
 #include "controllerd/controller.h"
 #include "controllerd/controller_service.h"
 #include "controllerd/raft_transport.h"
@@ -60,9 +59,9 @@ class Application {
   std::unique_ptr<grpc::Server> tcp_server_;
   std::unique_ptr<grpc::Server> server_;  // the Unix socket's: NOT_SERVING until the cluster id
 
-  std::mutex ready_mu_;
-  std::condition_variable ready_cv_;
-  bool stopping_ = false;
+  Mutex ready_mu_;
+  CondVar ready_cv_;
+  bool stopping_ ABSL_GUARDED_BY(ready_mu_) = false;
   std::thread ready_thread_;
   bool stopped_ = false;
 };

@@ -67,30 +67,32 @@ ControllerOptions ControllerOptions::FromConfig(const config::Config& config) {
 // ---- Watcher ----------------------------------------------------------------------------
 
 bool Watcher::Push(UpdatePtr update) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (closed_) return false;
   if (queue_.size() >= capacity_) {
     closed_ = absl::ResourceExhaustedError(fmt::format(
         "metadata watcher fell more than {} updates behind; reconnect with from_offset = the "
         "last applied offset + 1",
         capacity_));
-    cv_.notify_all();
+    cv_.SignalAll();
     return false;
   }
   queue_.push_back(std::move(update));
-  cv_.notify_all();
+  cv_.SignalAll();
   return true;
 }
 
 void Watcher::Close(Status why) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!closed_) closed_ = std::move(why);
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 StatusOr<UpdatePtr> Watcher::Next(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return !queue_.empty() || closed_.has_value(); });
+  MutexLock lock(&mu_);
+  cv_.WaitFor(&mu_, timeout, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !queue_.empty() || closed_.has_value();
+  });
   if (!queue_.empty()) {
     UpdatePtr u = std::move(queue_.front());
     queue_.pop_front();
@@ -101,7 +103,7 @@ StatusOr<UpdatePtr> Watcher::Next(std::chrono::milliseconds timeout) {
 }
 
 bool Watcher::closed() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return closed_.has_value();
 }
 
@@ -124,7 +126,7 @@ StatusOr<std::unique_ptr<Controller>> Controller::Open(const ControllerOptions& 
   std::unique_ptr<Controller> c(new Controller(options, std::move(quorum)));
   RUNNEL_RETURN_IF_ERROR(c->quorum_->Start(c.get()));
   {
-    std::lock_guard<std::mutex> lock(c->mu_);
+    MutexLock lock(&c->mu_);
     RUNNEL_RETURN_IF_ERROR(c->fatal_);
     Logger()->info("controller {} opened the metadata log: image at offset {}, voters {}",
                    options.node_id, c->image_.offset(), fmt::join(c->quorum_->voters(), ","));
@@ -151,13 +153,13 @@ void Controller::Fail(const Status& why) {
   Logger()->critical("{}", std::string(fatal_.message()));
   for (auto& w : watchers_) w->Close(fatal_);
   watchers_.clear();
-  image_cv_.notify_all();
+  image_cv_.SignalAll();
   if (fatal_handler_) fatal_handler_(fatal_);
 }
 
 Status Controller::BeginWrite(Deadline deadline) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
   }
   RUNNEL_RETURN_IF_ERROR(quorum_->WaitLeaderReady(deadline));
@@ -176,7 +178,7 @@ Status Controller::BeginWrite(Deadline deadline) {
   }
   RUNNEL_RETURN_IF_ERROR(quorum_->WaitLeaderReady(deadline));
   // A new cluster's first leader commits the cluster id right after its no-op.
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
     RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
     if (!image_.cluster_id().empty()) return absl::OkStatus();
@@ -185,7 +187,7 @@ Status Controller::BeginWrite(Deadline deadline) {
           "controller {} lost the leadership before the cluster id was committed",
           options_.node_id));
     }
-    if (image_cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
+    if (image_cv_.WaitUntil(&mu_, deadline) == std::cv_status::timeout &&
         image_.cluster_id().empty()) {
       return absl::UnavailableError("the cluster id was not committed within the deadline");
     }
@@ -207,14 +209,14 @@ StatusOr<int64_t> Controller::Commit(const metadata::MetadataRecordBatch& batch,
   }
   StatusOr<int64_t> offset = done.get();
   if (!offset.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!fatal_.ok()) return fatal_;
   }
   return offset;
 }
 
 void Controller::Apply(const raft::Entry& entry) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!fatal_.ok()) return;
   metadata::MetadataRecordBatch batch;
   if (!batch.ParseFromString(entry.data)) {
@@ -249,7 +251,7 @@ void Controller::Apply(const raft::Entry& entry) {
       it = watchers_.erase(it);
     }
   }
-  image_cv_.notify_all();
+  image_cv_.SignalAll();
   MaybeProposeClusterIdLocked();
 
   if (bytes_since_snapshot_ >= static_cast<uint64_t>(options_.snapshot_interval_bytes)) {
@@ -265,7 +267,7 @@ void Controller::Apply(const raft::Entry& entry) {
 }
 
 void Controller::Restore(raft::SnapshotId id, const std::string& data) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!fatal_.ok()) return;
   metadata::MetadataRecordBatch batch;
   if (!batch.ParseFromString(data)) {
@@ -287,11 +289,11 @@ void Controller::Restore(raft::SnapshotId id, const std::string& data) {
         "the metadata image was replaced by a snapshot from the quorum leader; reconnect"));
   }
   watchers_.clear();
-  image_cv_.notify_all();
+  image_cv_.SignalAll();
 }
 
 void Controller::RoleChanged(raft::Role role, int64_t term, raft::NodeId leader) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   leader_term_ = role == raft::Role::kLeader ? term : -1;
   if (leader != raft::kNoNode && term > known_leader_term_) {
     known_leader_ = static_cast<int32_t>(leader);
@@ -306,12 +308,12 @@ void Controller::RoleChanged(raft::Role role, int64_t term, raft::NodeId leader)
     Logger()->info("controller {} is {} in term {}; no leader known", options_.node_id,
                    raft::RoleName(role), term);
   }
-  image_cv_.notify_all();
+  image_cv_.SignalAll();
   MaybeProposeClusterIdLocked();
 }
 
 void Controller::Fatal(const Status& why) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Fail(why);
 }
 
@@ -335,13 +337,13 @@ void Controller::MaybeProposeClusterIdLocked() {
 
 void Controller::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
     for (auto& w : watchers_) w->Close(absl::UnavailableError("controller is shutting down"));
     watchers_.clear();
-    image_cv_.notify_all();
-    session_cv_.notify_all();
+    image_cv_.SignalAll();
+    session_cv_.SignalAll();
   }
   // Not under mu_: the driver thread may be waiting for it in Apply. Stopping the quorum also
   // ends a fencing write the session thread may be waiting for.
@@ -350,11 +352,11 @@ void Controller::Shutdown() {
 }
 
 Status Controller::WaitForClusterId(Deadline deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
     RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
     if (!image_.cluster_id().empty()) return absl::OkStatus();
-    if (image_cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
+    if (image_cv_.WaitUntil(&mu_, deadline) == std::cv_status::timeout &&
         image_.cluster_id().empty()) {
       return absl::UnavailableError("the cluster id is not known yet");
     }
@@ -362,12 +364,12 @@ Status Controller::WaitForClusterId(Deadline deadline) {
 }
 
 void Controller::SetFatalErrorHandler(std::function<void(const Status&)> handler) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   fatal_handler_ = std::move(handler);
 }
 
 MetadataImage Controller::Image() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return image_;
 }
 
@@ -402,8 +404,10 @@ std::string Controller::ManualAssignmentErrorLocked(const std::vector<int32_t>& 
         "not consistent with previous partitions, which have {} replica(s).",
         sorted.size(), *replica_count);
   }
-  bool any_active = std::any_of(sorted.begin(), sorted.end(),
-                                [&](int32_t b) { return !image_.brokers().at(b).fenced(); });
+  bool any_active =
+      std::any_of(sorted.begin(), sorted.end(), [&](int32_t b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !image_.brokers().at(b).fenced();
+      });
   if (!any_active) {
     return fmt::format(
         "All brokers specified in the manual partition assignment for partition {} are fenced or "
@@ -479,9 +483,9 @@ void Controller::AddPartitionRecordsLocked(const std::string& topic_id, int32_t 
 StatusOr<controller::CreateTopicsResponse> Controller::CreateTopics(
     const controller::CreateTopicsRequest& request, Deadline deadline) {
   deadline = Resolve(deadline);
-  std::lock_guard<std::mutex> write_lock(write_mu_);
+  MutexLock write_lock(&write_mu_);
   RUNNEL_RETURN_IF_ERROR(BeginWrite(deadline));
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
 
   std::map<std::string, int> name_counts;
@@ -649,7 +653,7 @@ StatusOr<controller::CreateTopicsResponse> Controller::CreateTopics(
     }
   }
 
-  lock.unlock();
+  lock.Unlock();
   if (batch.records_size() > 0) {
     RUNNEL_ASSIGN_OR_RETURN(int64_t offset, Commit(batch, deadline));
     response.set_metadata_offset(offset);
@@ -668,9 +672,9 @@ StatusOr<controller::CreateTopicsResponse> Controller::CreateTopics(
 StatusOr<controller::DeleteTopicsResponse> Controller::DeleteTopics(
     const controller::DeleteTopicsRequest& request, Deadline deadline) {
   deadline = Resolve(deadline);
-  std::lock_guard<std::mutex> write_lock(write_mu_);
+  MutexLock write_lock(&write_mu_);
   RUNNEL_RETURN_IF_ERROR(BeginWrite(deadline));
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
 
   // Resolve each entry to a key naming the topic (its id when it exists), so the same topic
@@ -734,7 +738,7 @@ StatusOr<controller::DeleteTopicsResponse> Controller::DeleteTopics(
     r->set_error_code(0);
     batch.add_records()->mutable_remove_topic()->set_topic_id(res.topic->id);
   }
-  lock.unlock();
+  lock.Unlock();
   if (batch.records_size() > 0) {
     RUNNEL_ASSIGN_OR_RETURN(int64_t offset, Commit(batch, deadline));
     response.set_metadata_offset(offset);
@@ -750,13 +754,13 @@ StatusOr<controller::DeleteTopicsResponse> Controller::DeleteTopics(
 StatusOr<controller::RegisterBrokerResponse> Controller::RegisterBroker(
     const controller::RegisterBrokerRequest& request, Deadline deadline) {
   deadline = Resolve(deadline);
-  std::lock_guard<std::mutex> write_lock(write_mu_);
+  MutexLock write_lock(&write_mu_);
   // The broker epoch is the offset of the registration record (as in KRaft). The leader
   // knows that offset before proposing, since writers are serialized and each waits for its
   // entry; the proposal is refused (and retried here) if the entry would land elsewhere.
   for (int attempt = 0;; ++attempt) {
     RUNNEL_RETURN_IF_ERROR(BeginWrite(deadline));
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
     controller::RegisterBrokerResponse response;
     response.set_broker_epoch(-1);
@@ -813,7 +817,7 @@ StatusOr<controller::RegisterBrokerResponse> Controller::RegisterBroker(
     AddLeaderReturnsLocked(request.broker_id(), &batch);
     last_heartbeat_[request.broker_id()] = std::chrono::steady_clock::now();
     const bool again = image_.brokers().count(request.broker_id()) > 0;
-    lock.unlock();
+    lock.Unlock();
 
     StatusOr<int64_t> offset = Commit(batch, deadline, epoch);
     if (offset.status().code() == absl::StatusCode::kAborted && attempt < 3) {
@@ -833,7 +837,7 @@ StatusOr<controller::RegisterBrokerResponse> Controller::RegisterBroker(
 }
 
 StatusOr<controller::DescribeClusterResponse> Controller::DescribeCluster() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
   controller::DescribeClusterResponse response;
   response.set_error_code(0);
@@ -855,7 +859,7 @@ StatusOr<controller::DescribeClusterResponse> Controller::DescribeClusterLineari
     Deadline deadline) {
   deadline = Resolve(deadline);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
   }
   std::future<StatusOr<int64_t>> read = quorum_->ReadIndex();
@@ -872,7 +876,7 @@ StatusOr<controller::DescribeClusterResponse> Controller::DescribeClusterLineari
 
 StatusOr<controller::DescribeQuorumResponse> Controller::DescribeQuorum() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
   }
   QuorumState q = quorum_->State();
@@ -922,7 +926,7 @@ StatusOr<controller::BrokerHeartbeatResponse> Controller::BrokerHeartbeat(
     const controller::BrokerHeartbeatRequest& request, Deadline deadline) {
   deadline = Resolve(deadline);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
   }
   // Only a ready leader has every registration applied to check the epoch against.
@@ -931,7 +935,8 @@ StatusOr<controller::BrokerHeartbeatResponse> Controller::BrokerHeartbeat(
   response.set_metadata_offset(-1);
   response.set_is_fenced(true);
   // The registration the heartbeat is for, or null with the error set in `response`.
-  auto registration = [&]() -> const metadata::RegisterBrokerRecord* {
+  auto registration =
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> const metadata::RegisterBrokerRecord* {
     auto it = image_.brokers().find(request.broker_id());
     if (it == image_.brokers().end()) {
       response.set_error_code(static_cast<int32_t>(ErrorCode::kBrokerIdNotRegistered));
@@ -954,7 +959,7 @@ StatusOr<controller::BrokerHeartbeatResponse> Controller::BrokerHeartbeat(
         fmt::format("controller {} no longer leads the quorum", options_.node_id));
   };
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
     if (leader_term_ < 0) return not_leader();
     const metadata::RegisterBrokerRecord* reg = registration();
@@ -967,9 +972,9 @@ StatusOr<controller::BrokerHeartbeatResponse> Controller::BrokerHeartbeat(
   }
 
   // A fenced broker is back: unfence it (a write, so as the other writes).
-  std::lock_guard<std::mutex> write_lock(write_mu_);
+  MutexLock write_lock(&write_mu_);
   RUNNEL_RETURN_IF_ERROR(BeginWrite(deadline));
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
   if (leader_term_ < 0) return not_leader();
   const metadata::RegisterBrokerRecord* reg = registration();  // may have changed meanwhile
@@ -985,7 +990,7 @@ StatusOr<controller::BrokerHeartbeatResponse> Controller::BrokerHeartbeat(
   rec->set_fenced(false);
   AddLeaderReturnsLocked(request.broker_id(), &batch);
   const int partitions = batch.records_size() - 1;
-  lock.unlock();
+  lock.Unlock();
   RUNNEL_ASSIGN_OR_RETURN(int64_t offset, Commit(batch, deadline));
   Logger()->info(
       "broker {} (epoch {}) is back: unfenced at offset {}, leading {} partition(s) "
@@ -1069,14 +1074,14 @@ bool Controller::SessionExpiredLocked(int32_t broker_id,
 }
 
 void Controller::SessionLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!shut_down_) {
-    session_cv_.wait_for(lock, std::chrono::milliseconds(options_.session_check_interval_ms),
-                         [&] { return shut_down_; });
+    session_cv_.WaitFor(&mu_, std::chrono::milliseconds(options_.session_check_interval_ms),
+                        [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shut_down_; });
     if (shut_down_) break;
-    lock.unlock();
+    lock.Unlock();
     FenceExpiredBrokers();
-    lock.lock();
+    lock.Lock();
   }
 }
 
@@ -1085,7 +1090,7 @@ void Controller::FenceExpiredBrokers() {
   if (!quorum_->IsLeaderReady()) return;
   std::vector<int32_t> expired;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!CheckUsableLocked().ok() || leader_term_ < 0) return;
     const auto now = std::chrono::steady_clock::now();
     for (const auto& [id, b] : image_.brokers()) {
@@ -1099,12 +1104,12 @@ void Controller::FenceExpiredBrokers() {
 void Controller::FenceBroker(int32_t broker_id) {
   const Deadline deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.session_timeout_ms);
-  std::lock_guard<std::mutex> write_lock(write_mu_);
+  MutexLock write_lock(&write_mu_);
   if (Status st = BeginWrite(deadline); !st.ok()) {
     Logger()->debug("not fencing broker {}: {}", broker_id, st.message());
     return;
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // A heartbeat or a registration may have come while this waited for the writer mutex.
   if (!CheckUsableLocked().ok() || leader_term_ < 0 ||
       !SessionExpiredLocked(broker_id, std::chrono::steady_clock::now())) {
@@ -1120,7 +1125,7 @@ void Controller::FenceBroker(int32_t broker_id) {
     moves.push_back(
         fmt::format("{}-{}->{}", topic ? topic->name : "?", p.partition_id(), p.leader()));
   }
-  lock.unlock();
+  lock.Unlock();
   StatusOr<int64_t> offset = Commit(batch, deadline);
   if (!offset.ok()) {
     Logger()->warn("fencing broker {} failed: {}", broker_id, offset.status().message());
@@ -1140,9 +1145,9 @@ void Controller::FenceBroker(int32_t broker_id) {
 StatusOr<controller::CreatePartitionsResponse> Controller::CreatePartitions(
     const controller::CreatePartitionsRequest& request, Deadline deadline) {
   deadline = Resolve(deadline);
-  std::lock_guard<std::mutex> write_lock(write_mu_);
+  MutexLock write_lock(&write_mu_);
   RUNNEL_RETURN_IF_ERROR(BeginWrite(deadline));
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
 
   std::map<std::string, int> name_counts;
@@ -1226,7 +1231,7 @@ StatusOr<controller::CreatePartitionsResponse> Controller::CreatePartitions(
     r->set_error_code(0);
   }
 
-  lock.unlock();
+  lock.Unlock();
   if (batch.records_size() > 0) {
     RUNNEL_ASSIGN_OR_RETURN(int64_t offset, Commit(batch, deadline));
     response.set_metadata_offset(offset);
@@ -1406,9 +1411,9 @@ std::optional<protocol::KafkaError> Controller::AlterResourceLocked(
 StatusOr<controller::AlterConfigsResponse> Controller::AlterConfigs(
     const controller::AlterConfigsRequest& request, Deadline deadline) {
   deadline = Resolve(deadline);
-  std::lock_guard<std::mutex> write_lock(write_mu_);
+  MutexLock write_lock(&write_mu_);
   RUNNEL_RETURN_IF_ERROR(BeginWrite(deadline));
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
 
   std::map<std::pair<int32_t, std::string>, int> resource_counts;
@@ -1449,7 +1454,7 @@ StatusOr<controller::AlterConfigsResponse> Controller::AlterConfigs(
       *batch.add_records()->mutable_config() = std::move(c);
     }
   }
-  lock.unlock();
+  lock.Unlock();
   if (batch.records_size() > 0) {
     RUNNEL_ASSIGN_OR_RETURN(int64_t offset, Commit(batch, deadline));
     response.set_metadata_offset(offset);
@@ -1477,14 +1482,14 @@ void Controller::SetLeaderLocked(controller::MetadataUpdate* update) const {
 
 StatusOr<std::shared_ptr<Watcher>> Controller::Watch(int64_t from_offset) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
   }
   auto watcher = std::make_shared<Watcher>(options_.watcher_queue_capacity);
   // On the driver thread, between applies: the image, the log and the watcher's start agree,
   // and the watcher is registered before the next entry is applied.
   std::future<Status> done = quorum_->RunOnDriver([&](const raft::Storage& storage) -> Status {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
     const int64_t end = image_.offset() + 1;  // only applied entries are replayed
     const int64_t start = storage.start_offset();
@@ -1536,7 +1541,7 @@ StatusOr<std::shared_ptr<Watcher>> Controller::Watch(int64_t from_offset) {
 }
 
 void Controller::Unwatch(const std::shared_ptr<Watcher>& watcher) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   watchers_.erase(std::remove(watchers_.begin(), watchers_.end(), watcher), watchers_.end());
   watcher->Close(absl::CancelledError("watch ended"));
 }

@@ -15,13 +15,11 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -29,6 +27,7 @@
 #include <vector>
 
 #include "common/protocol/error_code.h"
+#include "common/util/mutex.h"
 #include "common/util/status.h"
 #include "controllerd/metadata_image.h"
 #include "controllerd/quorum.h"
@@ -81,10 +80,10 @@ class Watcher {
 
  private:
   const size_t capacity_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<UpdatePtr> queue_;
-  std::optional<Status> closed_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<UpdatePtr> queue_ ABSL_GUARDED_BY(mu_);
+  std::optional<Status> closed_ ABSL_GUARDED_BY(mu_);
 };
 
 // True for the error a write gets on a node that does not lead the quorum (nothing was
@@ -155,25 +154,25 @@ class Controller final : private Quorum::StateMachine {
  private:
   Controller(const ControllerOptions& options, std::unique_ptr<Quorum> quorum);
   Deadline Resolve(Deadline deadline) const;
-  Status CheckUsableLocked() const;
+  Status CheckUsableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits (the writer mutex held) until this node may write: it leads, its no-op is applied
   // and the cluster has an id.
-  Status BeginWrite(Deadline deadline);
+  Status BeginWrite(Deadline deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Proposes one batch and waits until it is applied; returns its offset.
   StatusOr<int64_t> Commit(const metadata::MetadataRecordBatch& batch, Deadline deadline,
                            std::optional<int64_t> expected_offset = std::nullopt);
-  void Fail(const Status& why);
-  UpdatePtr SnapshotUpdateLocked() const;
+  void Fail(const Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  UpdatePtr SnapshotUpdateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stamps `update` with the leader this node knows (see MetadataUpdate.leader_id).
-  void SetLeaderLocked(controller::MetadataUpdate* update) const;
-  void MaybeProposeClusterIdLocked();
+  void SetLeaderLocked(controller::MetadataUpdate* update) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeProposeClusterIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Quorum::StateMachine, on the quorum's driver thread.
   void Apply(const raft::Entry& entry) override;
   void Restore(raft::SnapshotId id, const std::string& data) override;
   void RoleChanged(raft::Role role, int64_t term, raft::NodeId leader) override;
   void Fatal(const Status& why) override;
-  std::vector<int32_t> UnfencedBrokersLocked() const;
+  std::vector<int32_t> UnfencedBrokersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Broker sessions (KRaft's broker heartbeat manager), on the leader. The session thread
   // looks every session_check_interval_ms for registered, unfenced brokers not heard from for
@@ -181,62 +180,70 @@ class Controller final : private Quorum::StateMachine {
   void SessionLoop();
   void FenceExpiredBrokers();
   void FenceBroker(int32_t broker_id);
-  bool SessionExpiredLocked(int32_t broker_id, std::chrono::steady_clock::time_point now);
+  bool SessionExpiredLocked(int32_t broker_id, std::chrono::steady_clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The records of fencing `broker_id`: its registration with fenced = true; for each
   // partition it leads a new leader, the first unfenced other ISR member (the broker leaves
   // the ISR), or none (-1, the ISR kept: the broker leads again when it comes back); and each
   // partition it follows in the ISR without it.
-  void AddFenceRecordsLocked(int32_t broker_id, metadata::MetadataRecordBatch* batch) const;
+  void AddFenceRecordsLocked(int32_t broker_id, metadata::MetadataRecordBatch* batch) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PartitionRecords giving `broker_id` back every leaderless partition whose ISR has it.
-  void AddLeaderReturnsLocked(int32_t broker_id, metadata::MetadataRecordBatch* batch) const;
+  void AddLeaderReturnsLocked(int32_t broker_id, metadata::MetadataRecordBatch* batch) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Replica placement shared by CreateTopics and CreatePartitions.
   // Kafka's checks of one manually placed partition (`partition` names it in messages):
   // "" when fine, else INVALID_REPLICA_ASSIGNMENT's message. `replica_count`, when set, is the
   // replica count the other partitions have.
   std::string ManualAssignmentErrorLocked(const std::vector<int32_t>& replicas, int32_t partition,
-                                          std::optional<size_t> replica_count) const;
+                                          std::optional<size_t> replica_count) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `partitions` partitions of `rf` replicas each, round-robin over `unfenced` from a random
   // start; empty with INVALID_REPLICATION_FACTOR's message in `error` when it cannot be done.
   std::vector<std::vector<int32_t>> PlaceReplicasLocked(int32_t partitions, int32_t rf,
                                                         const std::vector<int32_t>& unfenced,
-                                                        std::string* error);
+                                                        std::string* error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PartitionRecords for `placement`, numbered from `first_partition`: every unfenced replica
   // is in the ISR and the first of them leads.
   void AddPartitionRecordsLocked(const std::string& topic_id, int32_t first_partition,
                                  const std::vector<std::vector<int32_t>>& placement,
-                                 metadata::MetadataRecordBatch* batch) const;
+                                 metadata::MetadataRecordBatch* batch) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // One AlterConfigs resource: its ConfigRecords appended to `records`, or the Kafka error
   // that refuses the whole resource.
   std::optional<protocol::KafkaError> AlterResourceLocked(
       const controller::AlterConfigsResource& resource, bool incremental,
-      std::vector<metadata::ConfigRecord>* records) const;
+      std::vector<metadata::ConfigRecord>* records) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ControllerOptions options_;
   std::unique_ptr<Quorum> quorum_;
-  std::mutex write_mu_;               // serializes writers; never taken by the apply path
-  mutable std::mutex mu_;             // the image, the watchers and the flags below
-  std::condition_variable image_cv_;  // an entry was applied, or the role or flags changed
-  MetadataImage image_;
-  int64_t last_applied_term_ = 0;
-  int64_t leader_term_ = -1;      // the term this node leads in, -1 when it does not lead
+  Mutex write_mu_;    // serializes writers; never taken by the apply path
+  mutable Mutex mu_;  // the image, the watchers and the flags below
+  CondVar image_cv_;  // an entry was applied, or the role or flags changed
+  MetadataImage image_ ABSL_GUARDED_BY(mu_);
+  int64_t last_applied_term_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t leader_term_ ABSL_GUARDED_BY(mu_) =
+      -1;  // the term this node leads in, -1 when it does not lead
   // The last leader this node heard of and its term (for watchers); -1 when none yet.
-  int32_t known_leader_ = -1;
-  int64_t known_leader_term_ = -1;
-  int64_t cluster_id_term_ = -1;  // the term in which this node proposed the cluster id
-  uint64_t bytes_since_snapshot_ = 0;
-  UuidGenerator uuids_;
-  std::mt19937_64 rng_;
-  std::vector<std::shared_ptr<Watcher>> watchers_;
+  int32_t known_leader_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t known_leader_term_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t cluster_id_term_ ABSL_GUARDED_BY(mu_) =
+      -1;  // the term in which this node proposed the cluster id
+  uint64_t bytes_since_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
+  UuidGenerator uuids_ ABSL_GUARDED_BY(mu_);
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Watcher>> watchers_ ABSL_GUARDED_BY(mu_);
   // The leader's last heartbeat time of each broker, since this node last became leader (a
   // broker missing here is given the time it is first looked at: a new leader's grace).
-  std::map<int32_t, std::chrono::steady_clock::time_point> last_heartbeat_;
-  std::condition_variable session_cv_;  // shut_down_ set
+  std::map<int32_t, std::chrono::steady_clock::time_point> last_heartbeat_ ABSL_GUARDED_BY(mu_);
+  CondVar session_cv_;  // shut_down_ set
   std::thread session_thread_;
-  bool shut_down_ = false;
-  Status fatal_;
-  std::function<void(const Status&)> fatal_handler_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  Status fatal_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const Status&)> fatal_handler_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace runnel::controllerd

@@ -55,7 +55,7 @@ ControllerServiceImpl::~ControllerServiceImpl() = default;
 ControllerServiceImpl::Stub* ControllerServiceImpl::StubFor(int32_t id) {
   auto address = peers_.find(id);
   if (address == peers_.end()) return nullptr;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::unique_ptr<Stub>& stub = stubs_[id];
   if (!stub) stub = controller::ControllerService::NewStub(PeerChannel(address->second));
   return stub.get();

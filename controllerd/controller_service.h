@@ -16,9 +16,9 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "common/util/mutex.h"
 #include "controllerd/controller.h"
 #include "proto/runnel/controller.grpc.pb.h"
 
@@ -73,8 +73,8 @@ class ControllerServiceImpl final : public controller::ControllerService::Servic
 
   Controller& controller_;
   const std::map<int32_t, std::string> peers_;
-  std::mutex mu_;
-  std::map<int32_t, std::unique_ptr<Stub>> stubs_;
+  Mutex mu_;
+  std::map<int32_t, std::unique_ptr<Stub>> stubs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace runnel::controllerd

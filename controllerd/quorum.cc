@@ -106,18 +106,18 @@ Status Quorum::Start(StateMachine* machine) {
 }
 
 void Quorum::Stop() {
-  std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  MutexLock stop_lock(&stop_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
     if (!dead_) dead_ = ShuttingDown();
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
   // The driver is gone: what it owned can be failed from here.
   std::vector<Item> rest;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     rest.swap(inbox_);
   }
   const Status why =
@@ -131,11 +131,11 @@ void Quorum::Stop() {
   for (auto& [offset, read] : reads_waiting_apply_) read.done->set_value(why);
   reads_waiting_apply_.clear();
   {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(&state_mu_);
     if (!state_.stopped) state_.stopped = why;
     state_.leader_ready = false;
   }
-  state_cv_.notify_all();
+  state_cv_.SignalAll();
 }
 
 void Quorum::TransferLeadershipAndStop(std::chrono::milliseconds max_wait) {
@@ -161,24 +161,26 @@ void Quorum::TransferLeadershipAndStop(std::chrono::milliseconds max_wait) {
 // ---- the inbox --------------------------------------------------------------------------
 
 void Quorum::Post(Item item) {
+  Status why;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!stopping_ && !dead_) {
       inbox_.push_back(std::move(item));
-      cv_.notify_one();
+      cv_.Signal();
       return;
     }
+    why = dead_ ? *dead_ : ShuttingDown();
   }
   std::vector<Item> one;
   one.push_back(std::move(item));
-  FailInbox(one, dead_ ? *dead_ : ShuttingDown());
+  FailInbox(one, why);
 }
 
 void Quorum::Deliver(std::vector<raft::Message> messages) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (stopping_ || dead_) return;
   for (raft::Message& m : messages) inbox_.push_back(std::move(m));
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 std::future<StatusOr<int64_t>> Quorum::Propose(std::string data,
@@ -231,10 +233,11 @@ void Quorum::Loop() {
     std::vector<Item> items;
     const int64_t next_tick = node_->NextTickMs();
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       const int64_t wait_ms = std::max<int64_t>(0, next_tick - NowMs());
-      cv_.wait_for(lock, std::chrono::milliseconds(wait_ms),
-                   [&] { return stopping_ || !inbox_.empty(); });
+      cv_.WaitFor(&mu_, std::chrono::milliseconds(wait_ms),
+                  [&]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !inbox_.empty(); });
       if (stopping_) return;
       items.swap(inbox_);
     }
@@ -276,18 +279,18 @@ void Quorum::Loop() {
           fmt::format("the controller quorum stopped after a fatal error: {}", fatal_->message()));
       std::vector<Item> rest;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         dead_ = why;
         rest.swap(inbox_);
       }
       FailInbox(rest, why);
       FailPending(why);
       {
-        std::lock_guard<std::mutex> lock(state_mu_);
+        MutexLock lock(&state_mu_);
         state_.stopped = why;
         state_.leader_ready = false;
       }
-      state_cv_.notify_all();
+      state_cv_.SignalAll();
       return;
     }
   }
@@ -361,7 +364,7 @@ void Quorum::PublishState() {
     caught_up_ms_.clear();
   }
   {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(&state_mu_);
     state_.role = role_;
     state_.term = term_;
     state_.leader = leader_;
@@ -373,7 +376,7 @@ void Quorum::PublishState() {
     state_.caught_up_ms = caught_up_ms_;
     state_.now_ms = now;
   }
-  state_cv_.notify_all();
+  state_cv_.SignalAll();
 }
 
 // ---- raft::Listener ---------------------------------------------------------------------
@@ -398,11 +401,11 @@ void Quorum::OnCommit(const raft::Entry& entry) {
     reads_waiting_apply_.erase(reads_waiting_apply_.begin());
   }
   {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(&state_mu_);
     state_.applied_offset = applied_;
     state_.leader_ready = leader_ready_;
   }
-  state_cv_.notify_all();
+  state_cv_.SignalAll();
 }
 
 void Quorum::OnSnapshot(raft::SnapshotId id, const std::string& data) {
@@ -417,10 +420,10 @@ void Quorum::OnSnapshot(raft::SnapshotId id, const std::string& data) {
     reads_waiting_apply_.erase(reads_waiting_apply_.begin());
   }
   {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(&state_mu_);
     state_.applied_offset = applied_;
   }
-  state_cv_.notify_all();
+  state_cv_.SignalAll();
 }
 
 void Quorum::OnRoleChange(raft::Role role, int64_t term, raft::NodeId leader) {
@@ -439,13 +442,13 @@ void Quorum::OnRoleChange(raft::Role role, int64_t term, raft::NodeId leader) {
   }
   machine_->RoleChanged(role, term, leader);
   {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(&state_mu_);
     state_.role = role_;
     state_.term = term_;
     state_.leader = leader_;
     state_.leader_ready = leader_ready_;
   }
-  state_cv_.notify_all();
+  state_cv_.SignalAll();
 }
 
 void Quorum::OnReadIndex(uint64_t read_id, StatusOr<int64_t> commit) {
@@ -472,7 +475,7 @@ void Quorum::OnFatal(const Status& why) {
 // ---- waiting and state ------------------------------------------------------------------
 
 Status Quorum::WaitLeaderReady(Deadline deadline) {
-  std::unique_lock<std::mutex> lock(state_mu_);
+  MutexLock lock(&state_mu_);
   while (true) {
     if (state_.stopped) return *state_.stopped;
     if (state_.leader_ready) return absl::OkStatus();
@@ -480,8 +483,8 @@ Status Quorum::WaitLeaderReady(Deadline deadline) {
       return absl::FailedPreconditionError(fmt::format(
           "controller {} is not the leader; controller {} is", options_.id, state_.leader));
     }
-    if (state_cv_.wait_until(lock, deadline) == std::cv_status::timeout && !state_.leader_ready &&
-        !state_.stopped) {
+    if (state_cv_.WaitUntil(&state_mu_, deadline) == std::cv_status::timeout &&
+        !state_.leader_ready && !state_.stopped) {
       return absl::UnavailableError(
           fmt::format("no controller quorum leader was ready within the deadline (controller {} "
                       "is {} in term {})",
@@ -491,11 +494,11 @@ Status Quorum::WaitLeaderReady(Deadline deadline) {
 }
 
 bool Quorum::WaitFor(const std::function<bool(const QuorumState&)>& done, Deadline deadline) {
-  std::unique_lock<std::mutex> lock(state_mu_);
+  MutexLock lock(&state_mu_);
   while (true) {
     if (done(state_)) return true;
     if (state_.stopped) return false;
-    if (state_cv_.wait_until(lock, deadline) == std::cv_status::timeout) return done(state_);
+    if (state_cv_.WaitUntil(&state_mu_, deadline) == std::cv_status::timeout) return done(state_);
   }
 }
 
@@ -504,22 +507,22 @@ bool Quorum::WaitApplied(int64_t offset, Deadline deadline) {
 }
 
 QuorumState Quorum::State() const {
-  std::lock_guard<std::mutex> lock(state_mu_);
+  MutexLock lock(&state_mu_);
   return state_;
 }
 
 raft::NodeId Quorum::Leader() const {
-  std::lock_guard<std::mutex> lock(state_mu_);
+  MutexLock lock(&state_mu_);
   return state_.leader;
 }
 
 int64_t Quorum::Term() const {
-  std::lock_guard<std::mutex> lock(state_mu_);
+  MutexLock lock(&state_mu_);
   return state_.term;
 }
 
 bool Quorum::IsLeaderReady() const {
-  std::lock_guard<std::mutex> lock(state_mu_);
+  MutexLock lock(&state_mu_);
   return state_.leader_ready;
 }
 

@@ -16,19 +16,18 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <future>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <variant>
 #include <vector>
 
+#include "common/util/mutex.h"
 #include "common/util/status.h"
 #include "controllerd/raft/raft.h"
 
@@ -183,13 +182,14 @@ class Quorum {
   StateMachine* machine_ = nullptr;
 
   // The inbox.
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Item> inbox_;
-  bool stopping_ = false;
-  std::optional<Status> dead_;  // set when the driver stopped for good: no more work is taken
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<Item> inbox_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<Status> dead_
+      ABSL_GUARDED_BY(mu_);  // set when the driver stopped for good: no more work is taken
   std::thread thread_;
-  std::mutex stop_mu_;  // one Stop() at a time
+  Mutex stop_mu_;  // one Stop() at a time
 
   // The driver thread's own.
   raft::Role role_ = raft::Role::kFollower;
@@ -206,9 +206,9 @@ class Quorum {
   std::map<raft::NodeId, int64_t> caught_up_ms_;
 
   // The published state.
-  mutable std::mutex state_mu_;
-  std::condition_variable state_cv_;
-  QuorumState state_;
+  mutable Mutex state_mu_;
+  CondVar state_cv_;
+  QuorumState state_ ABSL_GUARDED_BY(state_mu_);
 };
 
 }  // namespace runnel::controllerd

@@ -5,10 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <exception>
-#include <mutex>
 #include <set>
 #include <thread>
 
@@ -85,7 +83,7 @@ class SendQueue {
   void Push(raft::Message message) {
     const size_t bytes = MessageBytes(message);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stopped_ || queue_.size() >= max_messages_ ||
           (!queue_.empty() && queued_bytes_ + bytes > max_bytes_)) {
         ++*dropped_;
@@ -94,14 +92,15 @@ class SendQueue {
       queued_bytes_ += bytes;
       queue_.push_back({std::move(message), bytes});
     }
-    cv_.notify_one();
+    cv_.Signal();
   }
 
   // Waits up to `wait` for messages and moves the oldest into `batch`; returns how many (0:
   // stopped, or nothing came).
   size_t Pop(raftpb::RaftBatch* batch, std::chrono::milliseconds wait) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, wait, [&] { return stopped_ || !queue_.empty(); });
+    MutexLock lock(&mu_);
+    cv_.WaitFor(&mu_, wait,
+                [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || !queue_.empty(); });
     if (stopped_) return 0;
     size_t count = 0;
     size_t bytes = 0;
@@ -118,21 +117,21 @@ class SendQueue {
   // Wakes every waiter; from now on Pop returns nothing and Push drops.
   void Stop() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stopped_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
   bool stopped() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return stopped_;
   }
 
   // Sleeps `wait` unless stopped first; returns whether it is stopped.
   bool SleepUnlessStopped(std::chrono::milliseconds wait) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, wait, [&] { return stopped_; });
+    MutexLock lock(&mu_);
+    return cv_.WaitFor(&mu_, wait, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_; });
   }
 
  private:
@@ -145,11 +144,11 @@ class SendQueue {
   const size_t max_bytes_;
   const size_t batch_max_bytes_;
   const std::shared_ptr<std::atomic<uint64_t>> dropped_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Queued> queue_;
-  size_t queued_bytes_ = 0;
-  bool stopped_ = false;
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace
@@ -254,7 +253,7 @@ class GrpcRaftTransport::Peer {
   ~Peer() {
     queue_.Stop();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stopping_ = true;
       if (call_ != nullptr) call_->TryCancel();
       if (attach_call_ != nullptr) attach_call_->TryCancel();
@@ -282,7 +281,7 @@ class GrpcRaftTransport::Peer {
       if (count == 0) continue;
       grpc::ClientContext context;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         if (stopping_) return;
         call_ = &context;
       }
@@ -291,7 +290,7 @@ class GrpcRaftTransport::Peer {
       raftpb::DeliverReply reply;
       grpc::Status status = stub_->Deliver(&context, batch, &reply);
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         call_ = nullptr;
       }
       if (status.ok()) {
@@ -317,7 +316,7 @@ class GrpcRaftTransport::Peer {
     while (true) {
       grpc::ClientContext context;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         if (stopping_) return;
         attach_call_ = &context;
       }
@@ -350,7 +349,7 @@ class GrpcRaftTransport::Peer {
       }
       grpc::Status status = stream->Finish();
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         attach_call_ = nullptr;
         if (stopping_) return;
       }
@@ -370,10 +369,10 @@ class GrpcRaftTransport::Peer {
   const std::shared_ptr<std::atomic<uint64_t>> dropped_;
   SendQueue queue_;
   std::unique_ptr<raftpb::RaftService::Stub> stub_;
-  std::mutex mu_;
-  bool stopping_ = false;
-  grpc::ClientContext* call_ = nullptr;         // the Deliver call in flight
-  grpc::ClientContext* attach_call_ = nullptr;  // the Attach stream open
+  Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* call_ ABSL_GUARDED_BY(mu_) = nullptr;         // the Deliver call in flight
+  grpc::ClientContext* attach_call_ ABSL_GUARDED_BY(mu_) = nullptr;  // the Attach stream open
   bool failing_ = false;                        // the sender thread's own
   std::thread attacher_;
   std::thread sender_;  // last: starts once everything above is built
@@ -389,7 +388,7 @@ class GrpcRaftTransport::ObserverStreams {
       : options_(options), dropped_(std::move(dropped)) {}
 
   void Send(raft::Message message) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = by_observer_.find(message.to);
     if (it == by_observer_.end()) {
       ++*dropped_;
@@ -407,7 +406,7 @@ class GrpcRaftTransport::ObserverStreams {
                      const std::function<void(const raftpb::RaftBatch&)>& deliver) {
     auto s = std::make_shared<Stream>(options_, dropped_, context);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (closed_) {
         return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                             fmt::format("controller {} takes no observers now", self));
@@ -459,7 +458,7 @@ class GrpcRaftTransport::ObserverStreams {
     context->TryCancel();  // ends the reader's Read, if the observer is still there
     reader.join();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       active_.erase(s.get());
       auto it = by_observer_.find(observer);
       if (it != by_observer_.end() && it->second == s) by_observer_.erase(it);
@@ -469,7 +468,7 @@ class GrpcRaftTransport::ObserverStreams {
   }
 
   void Close() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     closed_ = true;
     for (Stream* s : active_) {
       s->queue.Stop();
@@ -479,7 +478,7 @@ class GrpcRaftTransport::ObserverStreams {
   }
 
   size_t attached() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return by_observer_.size();
   }
 
@@ -494,11 +493,11 @@ class GrpcRaftTransport::ObserverStreams {
 
   const RaftTransportOptions options_;
   const std::shared_ptr<std::atomic<uint64_t>> dropped_;
-  mutable std::mutex mu_;
-  bool closed_ = false;
-  std::map<raft::NodeId, std::shared_ptr<Stream>> by_observer_;
+  mutable Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<raft::NodeId, std::shared_ptr<Stream>> by_observer_ ABSL_GUARDED_BY(mu_);
   // Every Attach call still running, replaced ones too, so Close() can cancel them all.
-  std::set<Stream*> active_;
+  std::set<Stream*> active_ ABSL_GUARDED_BY(mu_);
 };
 
 GrpcRaftTransport::GrpcRaftTransport(RaftTransportOptions options)
@@ -517,7 +516,7 @@ GrpcRaftTransport::~GrpcRaftTransport() {
 }
 
 void GrpcRaftTransport::SetReceiver(RaftHandler handler) {
-  std::lock_guard<std::mutex> lock(receiver_mu_);
+  MutexLock lock(&receiver_mu_);
   if (receiver_ != nullptr) {
     Logger()->error("GrpcRaftTransport::SetReceiver called twice; ignored");
     return;

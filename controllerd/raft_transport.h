@@ -27,10 +27,10 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/util/mutex.h"
 #include "common/util/status.h"
 #include "controllerd/raft/raft.h"
 #include "proto/runnel/raft.grpc.pb.h"
@@ -104,8 +104,9 @@ class GrpcRaftTransport final : public raft::Transport {
   std::shared_ptr<std::atomic<uint64_t>> dropped_;
   // Shared with RaftServiceImpl, whose Attach calls may outlive this transport.
   std::shared_ptr<ObserverStreams> observers_;
-  std::mutex receiver_mu_;
-  RaftHandler receiver_;  // set once by SetReceiver, before the Attach threads start
+  Mutex receiver_mu_;
+  // Set once by SetReceiver, before the Attach threads start.
+  RaftHandler receiver_ ABSL_GUARDED_BY(receiver_mu_);
   std::map<raft::NodeId, std::unique_ptr<Peer>> peers_;
 };
 
