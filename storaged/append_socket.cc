@@ -84,7 +84,7 @@ AppendSocketServer::~AppendSocketServer() { Stop(); }
 
 void AppendSocketServer::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
     stopping_ = true;
@@ -97,11 +97,17 @@ void AppendSocketServer::Stop() {
   while (::write(wake_write_, &byte, 1) < 0 && errno == EINTR) {
   }
   if (accept_thread_.joinable()) accept_thread_.join();
-  // The accept thread has ended, so the list no longer grows.
-  for (Connection& c : connections_) {
+  // The accept thread has ended, so the list no longer grows. Joined outside the lock, which
+  // each connection's thread takes last; taking the list (nodes and all: the threads' pointers
+  // stay valid) keeps every access to connections_ under it.
+  std::list<Connection> connections;
+  {
+    MutexLock lock(&mu_);
+    connections.swap(connections_);
+  }
+  for (Connection& c : connections) {
     if (c.thread.joinable()) c.thread.join();
   }
-  connections_.clear();
   ::close(listen_fd_);
   ::close(wake_read_);
   ::close(wake_write_);
@@ -128,7 +134,7 @@ void AppendSocketServer::AcceptLoop() {
       continue;
     }
     std::list<Connection> finished;
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (auto it = connections_.begin(); it != connections_.end();) {
       auto next = std::next(it);
       if (it->done) finished.splice(finished.end(), connections_, it);
@@ -152,7 +158,7 @@ void AppendSocketServer::AcceptLoop() {
 void AppendSocketServer::Serve(Connection* conn) {
   int fd;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     fd = conn->fd;
   }
   FrameReader reader;
@@ -204,7 +210,7 @@ void AppendSocketServer::Serve(Connection* conn) {
     // Answers to what was applied go out even when the connection then closes.
     if (!out.empty() && !WriteAll(fd, out)) break;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   ::close(fd);
   conn->fd = -1;
   conn->done = true;

@@ -17,10 +17,10 @@
 #include <atomic>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "common/util/mutex.h"
 #include "common/util/status.h"
 #include "storaged/storage_service.h"
 
@@ -65,10 +65,10 @@ class AppendSocketServer {
   int wake_read_;  // the accept thread polls it beside the listener; Stop writes wake_write_
   int wake_write_;
   std::thread accept_thread_;
-  std::mutex mu_;
-  bool stopping_ = false;
-  bool stopped_ = false;
-  std::list<Connection> connections_;  // guarded by mu_
+  Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::list<Connection> connections_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> answered_{0};
 };
 

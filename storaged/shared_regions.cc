@@ -65,7 +65,7 @@ StatusOr<std::span<uint8_t>> SharedRegions::Resolve(const storage::SharedBytes& 
                                                     std::shared_ptr<Mapping>* hold) {
   std::shared_ptr<Mapping> m;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto it = recent_.begin(); it != recent_.end(); ++it) {
       if ((*it)->pid == ref.pid() && (*it)->fd == ref.fd() && (*it)->inode == ref.inode()) {
         m = *it;
@@ -83,7 +83,7 @@ StatusOr<std::span<uint8_t>> SharedRegions::Resolve(const storage::SharedBytes& 
     StatusOr<std::shared_ptr<Mapping>> opened = Open(ref);
     if (!opened.ok()) return opened.status();
     m = std::move(*opened);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     recent_.push_front(m);
     if (recent_.size() > kKept) recent_.pop_back();
   }

@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <span>
 
+#include "common/util/mutex.h"
 #include "common/util/status.h"
 #include "proto/runnel/storage.pb.h"
 
@@ -33,8 +33,8 @@ class SharedRegions {
  private:
   StatusOr<std::shared_ptr<Mapping>> Open(const storage::SharedBytes& ref);
 
-  std::mutex mu_;
-  std::deque<std::shared_ptr<Mapping>> recent_;  // most recently used first
+  Mutex mu_;
+  std::deque<std::shared_ptr<Mapping>> recent_ ABSL_GUARDED_BY(mu_);  // most recently used first
 };
 
 }  // namespace runnel::storaged

@@ -114,7 +114,7 @@ ErrorCode KafkaErrorOf(const Status& status) {
 
 void PartitionWatcher::Mark(const TopicPartition& tp, const LogState& state) {
   if (!Wants(tp.topic)) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   bool news = true;
   if (state.log_end_offset < 0) {
     marked_.erase(tp);
@@ -130,19 +130,20 @@ void PartitionWatcher::Mark(const TopicPartition& tp, const LogState& state) {
   const bool first = dirty_.insert(tp).second && dirty_.size() == 1;
   const bool first_news = news && !news_;
   news_ = news_ || news;
-  if (first || first_news) cv_.notify_one();
+  if (first || first_news) cv_.Signal();
 }
 
 void PartitionWatcher::Close() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   closed_ = true;
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 std::vector<TopicPartition> PartitionWatcher::Take(std::chrono::milliseconds timeout, size_t max,
                                                    bool* closed) {
-  std::unique_lock lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return closed_ || !dirty_.empty(); });
+  MutexLock lock(&mu_);
+  cv_.WaitFor(&mu_, timeout,
+              [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_ || !dirty_.empty(); });
   *closed = closed_;
   std::vector<TopicPartition> out;
   if (closed_) return out;
@@ -154,22 +155,22 @@ std::vector<TopicPartition> PartitionWatcher::Take(std::chrono::milliseconds tim
 }
 
 bool PartitionWatcher::Hold(Clock::time_point news_at, Clock::time_point routine_at) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   while (!closed_) {
     const Clock::time_point until = news_ ? news_at : routine_at;
     if (Clock::now() >= until) return true;
-    cv_.wait_until(lock, until);
+    cv_.WaitUntil(&mu_, until);
   }
   return false;
 }
 
 bool PartitionWatcher::news() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return news_;
 }
 
 size_t PartitionWatcher::pending() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return dirty_.size();
 }
 
@@ -179,7 +180,7 @@ StorageServiceImpl::StorageServiceImpl(const LogDirs& dirs, LogManager& logs)
 StorageServiceImpl::~StorageServiceImpl() { Shutdown(); }
 
 void StorageServiceImpl::Shutdown() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   shutdown_ = true;
   for (const auto& w : watchers_) w->Close();
 }
@@ -554,7 +555,7 @@ grpc::Status StorageServiceImpl::WatchPartitions(
     auto watcher = std::make_shared<PartitionWatcher>(
         std::set<std::string>(request->topics().begin(), request->topics().end()));
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (shutdown_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "storaged is stopping");
       watchers_.insert(watcher);
     }
@@ -569,7 +570,7 @@ grpc::Status StorageServiceImpl::WatchPartitions(
       std::shared_ptr<PartitionWatcher> watcher;
       ~Unwatch() {
         self->logs_.Unsubscribe(subscription);
-        std::lock_guard lock(self->mu_);
+        MutexLock lock(&self->mu_);
         self->watchers_.erase(watcher);
       }
     } unwatch{this, subscription, watcher};

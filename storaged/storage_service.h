@@ -10,14 +10,13 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "common/util/mutex.h"
 #include "proto/runnel/storage.grpc.pb.h"
 #include "storaged/log/log_manager.h"
 #include "storaged/log_dirs.h"
@@ -68,13 +67,13 @@ class PartitionWatcher {
     int64_t log_end_offset;
   };
   const std::set<std::string> topics_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::set<TopicPartition> dirty_;
-  bool news_ = false;
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::set<TopicPartition> dirty_ ABSL_GUARDED_BY(mu_);
+  bool news_ ABSL_GUARDED_BY(mu_) = false;
   // Each wanted partition's offsets as last marked, to tell news from routine.
-  std::map<TopicPartition, Offsets> marked_;
-  bool closed_ = false;
+  std::map<TopicPartition, Offsets> marked_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class StorageServiceImpl final : public storage::StorageService::Service {
@@ -131,9 +130,9 @@ class StorageServiceImpl final : public storage::StorageService::Service {
   const LogDirs& dirs_;
   LogManager& logs_;
   SharedRegions shared_regions_;
-  std::mutex mu_;
-  bool shutdown_ = false;
-  std::set<std::shared_ptr<PartitionWatcher>> watchers_;
+  Mutex mu_;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<std::shared_ptr<PartitionWatcher>> watchers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace runnel::storaged

@@ -499,7 +499,7 @@ bool Cleaner::NeedsCleaning(const Log& log) const {
 }
 
 bool Cleaner::IsUncleanable(const std::shared_ptr<Log>& log) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::erase_if(uncleanable_, [](const std::weak_ptr<Log>& w) { return w.expired(); });
   for (const std::weak_ptr<Log>& w : uncleanable_) {
     if (w.lock() == log) return true;
@@ -529,7 +529,7 @@ StatusOr<bool> Cleaner::CleanOnce(const std::vector<std::shared_ptr<Log>>& logs,
   StatusOr<CleanerStats> stats = Clean(*filthiest, to_unlink);
   if (!stats.ok()) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       uncleanable_.push_back(filthiest);
     }
     return Status(stats.status().code(),

@@ -33,9 +33,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "common/util/mutex.h"
 #include "common/util/status.h"
 #include "storaged/log/log.h"
 
@@ -82,8 +82,8 @@ class Cleaner {
   bool IsUncleanable(const std::shared_ptr<Log>& log);
 
   CleanerOptions options_;
-  std::mutex mu_;
-  std::vector<std::weak_ptr<Log>> uncleanable_;  // logs whose cleaning failed
+  Mutex mu_;
+  std::vector<std::weak_ptr<Log>> uncleanable_ ABSL_GUARDED_BY(mu_);  // logs whose cleaning failed
 };
 
 }  // namespace runnel::storaged

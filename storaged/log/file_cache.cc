@@ -17,7 +17,7 @@ FileHandle::~FileHandle() {
 StatusOr<std::shared_ptr<FileHandle>> FileCache::Get(const std::string& path, bool create) {
   // Handles dropped from the cache close outside the lock (when nobody else holds them).
   std::vector<std::shared_ptr<FileHandle>> evicted;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = by_path_.find(path); it != by_path_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second);
     return it->second->second;
@@ -43,7 +43,7 @@ StatusOr<std::shared_ptr<FileHandle>> FileCache::Get(const std::string& path, bo
 
 void FileCache::Forget(const std::string& path) {
   std::shared_ptr<FileHandle> dropped;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_path_.find(path);
   if (it == by_path_.end()) return;
   dropped = std::move(it->second->second);
@@ -52,12 +52,12 @@ void FileCache::Forget(const std::string& path) {
 }
 
 size_t FileCache::open_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return lru_.size();
 }
 
 uint64_t FileCache::opens() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return opens_;
 }
 

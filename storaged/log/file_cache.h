@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
+#include "common/util/mutex.h"
 #include "common/util/status.h"
 
 namespace runnel::storaged {
@@ -46,10 +46,10 @@ class FileCache {
  private:
   using Lru = std::list<std::pair<std::string, std::shared_ptr<FileHandle>>>;
   size_t max_open_;
-  mutable std::mutex mu_;
-  Lru lru_;  // most recent first
-  std::unordered_map<std::string, Lru::iterator> by_path_;
-  uint64_t opens_ = 0;
+  mutable Mutex mu_;
+  Lru lru_ ABSL_GUARDED_BY(mu_);  // most recent first
+  std::unordered_map<std::string, Lru::iterator> by_path_ ABSL_GUARDED_BY(mu_);
+  uint64_t opens_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace runnel::storaged

@@ -250,14 +250,16 @@ Status Log::Load(int64_t recovery_point, int64_t log_start_offset, bool clean_sh
     // assigns epochs from the batches while recovering, too).
     for (Segment* seg : recovered) {
       Status assigned = absl::OkStatus();
-      RUNNEL_RETURN_IF_ERROR(seg->ScanBatches(0, seg->size(), [&](const BatchLocation& loc) {
-        std::optional<EpochEntry> latest = epochs_->Latest();
-        if (loc.partition_leader_epoch >= 0 &&
-            (!latest || loc.partition_leader_epoch > latest->epoch)) {
-          assigned = epochs_->Assign(loc.partition_leader_epoch, loc.base_offset);
-        }
-        return assigned.ok();
-      }));
+      // Still inside Open (see Load in log.h).
+      RUNNEL_RETURN_IF_ERROR(seg->ScanBatches(
+          0, seg->size(), [&](const BatchLocation& loc) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            std::optional<EpochEntry> latest = epochs_->Latest();
+            if (loc.partition_leader_epoch >= 0 &&
+                (!latest || loc.partition_leader_epoch > latest->epoch)) {
+              assigned = epochs_->Assign(loc.partition_leader_epoch, loc.base_offset);
+            }
+            return assigned.ok();
+          }));
       RUNNEL_RETURN_IF_ERROR(assigned);
     }
   }
@@ -287,22 +289,22 @@ Status Log::RebuildLeaderEpochs() {
 }
 
 LogConfig Log::config() const {
-  std::lock_guard lock(config_mu_);
+  MutexLock lock(&config_mu_);
   return config_;
 }
 
 void Log::SetConfig(const LogConfig& config) {
-  std::lock_guard lock(config_mu_);
+  MutexLock lock(&config_mu_);
   config_ = config;
 }
 
 std::shared_ptr<Segment> Log::ActiveSegment() const {
-  std::lock_guard lock(segments_mu_);
+  MutexLock lock(&segments_mu_);
   return segments_.rbegin()->second;
 }
 
 std::vector<std::shared_ptr<Segment>> Log::Segments() const {
-  std::lock_guard lock(segments_mu_);
+  MutexLock lock(&segments_mu_);
   std::vector<std::shared_ptr<Segment>> out;
   out.reserve(segments_.size());
   for (const auto& [base, seg] : segments_) out.push_back(seg);
@@ -310,7 +312,7 @@ std::vector<std::shared_ptr<Segment>> Log::Segments() const {
 }
 
 std::vector<std::shared_ptr<Segment>> Log::SegmentsFrom(int64_t offset) const {
-  std::lock_guard lock(segments_mu_);
+  MutexLock lock(&segments_mu_);
   auto it = segments_.upper_bound(offset);
   if (it != segments_.begin()) --it;
   std::vector<std::shared_ptr<Segment>> out;
@@ -324,7 +326,7 @@ LogState Log::State() const {
   s.log_end_offset = log_end_offset_.load();
   s.high_watermark = s.log_end_offset;  // a single replica: everything appended is committed
   s.recovery_point = recovery_point_.load();
-  std::lock_guard lock(segments_mu_);
+  MutexLock lock(&segments_mu_);
   for (const auto& [base, seg] : segments_) s.size_bytes += seg->size();
   s.segments = int(segments_.size());
   return s;
@@ -381,7 +383,7 @@ Status Log::RollLocked() {
                                         /*create=*/true, /*active=*/true, options_.files));
   seg->set_created_ms(options_.now_ms());
   {
-    std::lock_guard lock(segments_mu_);
+    MutexLock lock(&segments_mu_);
     segments_[base] = std::move(seg);
   }
   Logger()->debug("[{}] rolled a new segment at offset {}", tp().ToString(), base);
@@ -416,7 +418,7 @@ AppendResult Log::Append(std::span<uint8_t> records, int32_t leader_epoch) {
   bool needs_flush = false;
   AppendResult result;
   {
-    std::lock_guard lock(append_mu_);
+    MutexLock lock(&append_mu_);
     result = AppendLocked(cfg, records, *batches, leader_epoch, &needs_flush);
   }
   if (result.error != ErrorCode::kNone) return result;
@@ -480,7 +482,7 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
   result.range = {active->log_path(), position, int32_t(records.size()), active->inode()};
   log_end_offset_.store(next, std::memory_order_release);
   if (leader_epoch >= 0) {
-    std::lock_guard lock(epochs_mu_);
+    MutexLock lock(&epochs_mu_);
     std::optional<EpochEntry> latest = epochs_->Latest();
     if (!latest || leader_epoch > latest->epoch) {
       Status s = epochs_->Assign(leader_epoch, result.base_offset);
@@ -507,7 +509,7 @@ AppendResult Log::AppendWithOffsets(std::span<uint8_t> records) {
   }
   AppendResult result;
   {
-    std::lock_guard lock(append_mu_);
+    MutexLock lock(&append_mu_);
     if (failed_.load() || closed_) {
       return Fail(ErrorCode::kKafkaStorageError, "the log is offline");
     }
@@ -600,7 +602,7 @@ ReadResult Log::Read(int64_t offset, int32_t max_bytes, bool min_one_batch,
 }
 
 int32_t Log::EpochForOffset(int64_t offset) const {
-  std::lock_guard lock(epochs_mu_);
+  MutexLock lock(&epochs_mu_);
   int32_t epoch = -1;
   for (const EpochEntry& e : epochs_->entries()) {
     if (e.start_offset <= offset) epoch = e.epoch;
@@ -705,7 +707,7 @@ OffsetLookup Log::ListOffset(int64_t timestamp) const {
 StatusOr<int64_t> Log::DeleteRecordsBefore(int64_t offset, ErrorCode* error) {
   *error = ErrorCode::kNone;
   {
-    std::lock_guard lock(append_mu_);
+    MutexLock lock(&append_mu_);
     int64_t hw = log_end_offset_.load();
     if (offset == -1) offset = hw;
     if (offset < 0 || offset > hw) {
@@ -714,7 +716,7 @@ StatusOr<int64_t> Log::DeleteRecordsBefore(int64_t offset, ErrorCode* error) {
     }
     if (offset <= log_start_offset_.load()) return log_start_offset_.load();
     log_start_offset_.store(offset);
-    std::lock_guard elock(epochs_mu_);
+    MutexLock elock(&epochs_mu_);
     RUNNEL_RETURN_IF_ERROR(epochs_->TruncateFromStart(offset));
   }
   Notify();
@@ -723,14 +725,14 @@ StatusOr<int64_t> Log::DeleteRecordsBefore(int64_t offset, ErrorCode* error) {
 
 Status Log::TruncateTo(int64_t offset) {
   {
-    std::lock_guard lock(append_mu_);
+    MutexLock lock(&append_mu_);
     if (offset >= log_end_offset_.load()) return absl::OkStatus();
     truncations_.fetch_add(1);
-    std::lock_guard flock(flush_mu_);
+    MutexLock flock(&flush_mu_);
     std::vector<std::shared_ptr<Segment>> doomed;
     std::shared_ptr<Segment> keep;
     {
-      std::lock_guard slock(segments_mu_);
+      MutexLock slock(&segments_mu_);
       for (auto it = segments_.begin(); it != segments_.end();) {
         if (it->first > offset || (it->first == offset && it != segments_.begin())) {
           doomed.push_back(it->second);
@@ -749,7 +751,7 @@ Status Log::TruncateTo(int64_t offset) {
                               Segment::Open(options_.dir, offset, config().segment_index_bytes,
                                             true, true, options_.files));
       seg->set_created_ms(options_.now_ms());
-      std::lock_guard slock(segments_mu_);
+      MutexLock slock(&segments_mu_);
       segments_.clear();
       segments_[offset] = std::move(seg);
       log_start_offset_.store(offset);
@@ -759,7 +761,7 @@ Status Log::TruncateTo(int64_t offset) {
     }
     log_end_offset_.store(offset);
     if (recovery_point_.load() > offset) recovery_point_.store(offset);
-    std::lock_guard elock(epochs_mu_);
+    MutexLock elock(&epochs_mu_);
     RUNNEL_RETURN_IF_ERROR(epochs_->TruncateFromEnd(offset));
   }
   Notify();
@@ -767,7 +769,7 @@ Status Log::TruncateTo(int64_t offset) {
 }
 
 Status Log::FlushUpTo(int64_t offset) {
-  std::lock_guard lock(flush_mu_);
+  MutexLock lock(&flush_mu_);
   if (recovery_point_.load() >= offset) return absl::OkStatus();  // a flusher got here first
   // Everything appended so far is in the page cache: one fdatasync per segment covers it.
   int64_t target = log_end_offset_.load(std::memory_order_acquire);
@@ -795,7 +797,7 @@ Status Log::MaybeTimedFlush() {
 int Log::DeleteOldSegments(std::vector<std::shared_ptr<Segment>>* to_unlink) {
   const LogConfig cfg = config();
   const int64_t now = options_.now_ms();
-  std::lock_guard lock(append_mu_);
+  MutexLock lock(&append_mu_);
   if (closed_) return 0;
   std::vector<std::shared_ptr<Segment>> segs = Segments();
   // Retention by time may take the active segment too: roll it first, as Kafka does.
@@ -832,14 +834,14 @@ int Log::DeleteOldSegments(std::vector<std::shared_ptr<Segment>>* to_unlink) {
   }
   if (n == 0) return 0;
   {
-    std::lock_guard slock(segments_mu_);
+    MutexLock slock(&segments_mu_);
     for (size_t i = 0; i < n; ++i) segments_.erase(segs[i]->base_offset());
   }
   int64_t new_start = std::max(start, segs[n]->base_offset());
   log_start_offset_.store(new_start);
   if (first_dirty_offset_.load() < new_start) first_dirty_offset_.store(new_start);
   {
-    std::lock_guard elock(epochs_mu_);
+    MutexLock elock(&epochs_mu_);
     Status s = epochs_->TruncateFromStart(new_start);
     if (!s.ok()) Logger()->warn("[{}] leader epochs: {}", tp().ToString(), s.message());
   }
@@ -859,13 +861,13 @@ Status Log::ReplaceSegment(const std::shared_ptr<Segment>& old_segment,
                            std::unique_ptr<Segment> replacement,
                            std::vector<std::shared_ptr<Segment>>* to_unlink,
                            uint64_t truncations_seen) {
-  std::lock_guard lock(append_mu_);
+  MutexLock lock(&append_mu_);
   if (closed_) return absl::FailedPreconditionError("the log is closed");
   if (truncations_.load() != truncations_seen) {
     return absl::FailedPreconditionError("the log was truncated during the cleaning pass");
   }
   {
-    std::lock_guard slock(segments_mu_);
+    MutexLock slock(&segments_mu_);
     auto it = segments_.find(old_segment->base_offset());
     if (it == segments_.end() || it->second != old_segment ||
         std::next(it) == segments_.end()) {
@@ -879,7 +881,7 @@ Status Log::ReplaceSegment(const std::shared_ptr<Segment>& old_segment,
   RUNNEL_RETURN_IF_ERROR(replacement->RenameSuffix(kSwapSuffix, ""));
   RUNNEL_RETURN_IF_ERROR(FsyncDir(options_.dir));
   {
-    std::lock_guard slock(segments_mu_);
+    MutexLock slock(&segments_mu_);
     segments_[old_segment->base_offset()] = std::move(replacement);
   }
   to_unlink->push_back(old_segment);
@@ -887,19 +889,19 @@ Status Log::ReplaceSegment(const std::shared_ptr<Segment>& old_segment,
 }
 
 std::vector<EpochEntry> Log::LeaderEpochs() const {
-  std::lock_guard lock(epochs_mu_);
+  MutexLock lock(&epochs_mu_);
   return epochs_->entries();
 }
 
 std::pair<int32_t, int64_t> Log::EndOffsetForEpoch(int32_t epoch) const {
-  std::lock_guard lock(epochs_mu_);
+  MutexLock lock(&epochs_mu_);
   if (!epochs_) return {-1, -1};
   return epochs_->EndOffsetFor(epoch, log_end_offset_.load())
       .value_or(std::pair<int32_t, int64_t>(-1, -1));
 }
 
 Status Log::Close() {
-  std::lock_guard lock(append_mu_);
+  MutexLock lock(&append_mu_);
   if (closed_) return absl::OkStatus();
   closed_ = true;
   Status result = absl::OkStatus();

@@ -19,7 +19,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -28,6 +27,7 @@
 
 #include "common/protocol/error_code.h"
 #include "common/record/batch.h"
+#include "common/util/mutex.h"
 #include "common/util/status.h"
 #include "storaged/log/checkpoints.h"
 #include "storaged/log/file_cache.h"
@@ -209,21 +209,24 @@ class Log {
 
  private:
   explicit Log(LogOptions options);
+  // Load and RebuildLeaderEpochs run inside Open, before any other thread can see the log,
+  // so they fill the guarded members without the locks.
   Status Load(int64_t recovery_point, int64_t log_start_offset, bool clean_shutdown,
-              LoadReport* report);
+              LoadReport* report) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   Status RemoveLeftovers(LoadReport* report);
-  Status RebuildLeaderEpochs();
+  Status RebuildLeaderEpochs() ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // Rolls to a new active segment at the log end offset. Needs append_mu_.
-  Status RollLocked();
+  Status RollLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
   bool ShouldRollLocked(const LogConfig& cfg, const Segment& active, int64_t append_bytes,
-                        int64_t last_offset, int64_t max_timestamp) const;
+                        int64_t last_offset, int64_t max_timestamp) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
   std::shared_ptr<Segment> ActiveSegment() const;
   std::vector<std::shared_ptr<Segment>> SegmentsFrom(int64_t offset) const;
   void Notify();
   AppendResult Fail(protocol::ErrorCode code, std::string message, int batch_index = -1) const;
   AppendResult AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
                             const std::vector<record::BatchView>& batches, int32_t leader_epoch,
-                            bool* needs_flush);
+                            bool* needs_flush) ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
   int32_t EpochForOffset(int64_t offset) const;
   OffsetLookup LookupMaxTimestamp() const;
   OffsetLookup LookupTimestamp(int64_t timestamp) const;
@@ -231,14 +234,14 @@ class Log {
   LogOptions options_;
   std::string topic_id_;
 
-  mutable std::mutex config_mu_;
-  LogConfig config_;
+  mutable Mutex config_mu_;
+  LogConfig config_ ABSL_GUARDED_BY(config_mu_);
 
   // One writer at a time; also held by roll, truncation, retention and segment swaps.
-  mutable std::mutex append_mu_;
+  mutable Mutex append_mu_;
   // Guards segments_ (readers copy what they need and let go).
-  mutable std::mutex segments_mu_;
-  std::map<int64_t, std::shared_ptr<Segment>> segments_;
+  mutable Mutex segments_mu_;
+  std::map<int64_t, std::shared_ptr<Segment>> segments_ ABSL_GUARDED_BY(segments_mu_);
 
   std::atomic<int64_t> log_end_offset_{0};
   std::atomic<int64_t> log_start_offset_{0};
@@ -252,12 +255,12 @@ class Log {
 
   // Serializes flushes; the second of two concurrent flushers usually finds its data
   // already flushed by the first (group commit).
-  std::mutex flush_mu_;
+  Mutex flush_mu_;
   std::atomic<int64_t> flushed_messages_snapshot_{0};  // appended_messages_ at the last flush
 
-  mutable std::mutex epochs_mu_;
-  std::optional<LeaderEpochCache> epochs_;
-  bool closed_ = false;
+  mutable Mutex epochs_mu_;
+  std::optional<LeaderEpochCache> epochs_ ABSL_GUARDED_BY(epochs_mu_);
+  bool closed_ ABSL_GUARDED_BY(append_mu_) = false;
   std::set<int64_t> swapped_bases_;  // segments whose swap was finished at load
 };
 

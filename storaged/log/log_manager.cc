@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 
 #include "common/log/log.h"
 #include "storaged/log/cleaner.h"
@@ -88,6 +89,7 @@ Status LogManager::LoadDir(const std::string& dir) {
   std::vector<TopicPartition> todo;
   for (const std::string& name : names) {
     if (IsDeletedPartitionDirName(name)) {
+      MutexLock lock(&work_mu_);  // no other thread yet; the lock only says what guards it
       deleted_dirs_.push_back(Join(dir, name));
       continue;
     }
@@ -126,7 +128,7 @@ Status LogManager::LoadDir(const std::string& dir) {
         return;
       }
       (*log)->set_first_dirty_offset(std::max(find(*dirty, 0), (*log)->State().log_start_offset));
-      std::lock_guard llock(logs_mu_);
+      MutexLock llock(&logs_mu_);
       if (logs_.count(tp)) {
         first_error = absl::FailedPreconditionError(fmt::format(
             "partition {} is in two log dirs: {} and {}", tp.ToString(), log_dir_of_[tp], dir));
@@ -163,7 +165,7 @@ Status LogManager::LoadDir(const std::string& dir) {
 }
 
 void LogManager::Start() {
-  std::lock_guard lock(work_mu_);
+  MutexLock lock(&work_mu_);
   if (background_.joinable()) return;
   stopping_ = false;
   background_ = std::thread([this] { BackgroundLoop(); });
@@ -179,13 +181,13 @@ StatusOr<std::shared_ptr<Log>> LogManager::CreateLog(
   if (!log) {
     // Creations take their own lock, so lookups (every produce and fetch) never wait for
     // the directory, metadata file and index files of a new partition.
-    std::lock_guard create(create_mu_);
+    MutexLock create(&create_mu_);
     log = GetLog(tp);
     if (!log) {
       std::string dir;
       {
         // The dir with the fewest partitions takes it.
-        std::lock_guard lock(logs_mu_);
+        MutexLock lock(&logs_mu_);
         std::map<std::string, int> count;
         for (const std::string& d : options_.dirs) count[d] = 0;
         for (const auto& [t, d] : log_dir_of_) count[d]++;
@@ -199,7 +201,7 @@ StatusOr<std::shared_ptr<Log>> LogManager::CreateLog(
           Log::Open(MakeLogOptions(dir, tp, config), topic_id, 0, 0, true, nullptr));
       log = std::shared_ptr<Log>(std::move(created));
       {
-        std::lock_guard lock(logs_mu_);
+        MutexLock lock(&logs_mu_);
         logs_[tp] = log;
         log_dir_of_[tp] = dir;
       }
@@ -229,7 +231,7 @@ Status LogManager::UpdateConfig(const TopicPartition& tp,
 Status LogManager::DeleteLog(const TopicPartition& tp) {
   std::shared_ptr<Log> log;
   {
-    std::lock_guard lock(logs_mu_);
+    MutexLock lock(&logs_mu_);
     auto it = logs_.find(tp);
     if (it == logs_.end()) return absl::NotFoundError(fmt::format("no partition {}", tp.ToString()));
     log = it->second;
@@ -239,10 +241,10 @@ Status LogManager::DeleteLog(const TopicPartition& tp) {
   RUNNEL_ASSIGN_OR_RETURN(std::string renamed, log->MarkDeleted());
   Logger()->info("[{}] deleted; its files go from {}", tp.ToString(), renamed);
   {
-    std::lock_guard lock(work_mu_);
+    MutexLock lock(&work_mu_);
     deleted_dirs_.push_back(renamed);
   }
-  work_cv_.notify_all();
+  work_cv_.SignalAll();
   LogState gone;
   gone.log_end_offset = -1;  // a deleted log is reported with negative offsets
   gone.log_start_offset = -1;
@@ -252,20 +254,20 @@ Status LogManager::DeleteLog(const TopicPartition& tp) {
 }
 
 std::shared_ptr<Log> LogManager::GetLog(const TopicPartition& tp) const {
-  std::lock_guard lock(logs_mu_);
+  MutexLock lock(&logs_mu_);
   auto it = logs_.find(tp);
   return it == logs_.end() ? nullptr : it->second;
 }
 
 std::vector<std::shared_ptr<Log>> LogManager::AllLogs() const {
-  std::lock_guard lock(logs_mu_);
+  MutexLock lock(&logs_mu_);
   std::vector<std::shared_ptr<Log>> out;
   for (const auto& [tp, log] : logs_) out.push_back(log);
   return out;
 }
 
 int LogManager::Subscribe(ChangeFn fn) {
-  std::lock_guard lock(subscribers_mu_);
+  MutexLock lock(&subscribers_mu_);
   auto copy = std::make_shared<std::map<int, ChangeFn>>(*subscribers_);
   int id = next_subscriber_++;
   (*copy)[id] = std::move(fn);
@@ -274,7 +276,7 @@ int LogManager::Subscribe(ChangeFn fn) {
 }
 
 void LogManager::Unsubscribe(int id) {
-  std::lock_guard lock(subscribers_mu_);
+  MutexLock lock(&subscribers_mu_);
   auto copy = std::make_shared<std::map<int, ChangeFn>>(*subscribers_);
   copy->erase(id);
   subscribers_ = copy;
@@ -283,7 +285,7 @@ void LogManager::Unsubscribe(int id) {
 void LogManager::OnChange(const TopicPartition& tp, const LogState& state) {
   std::shared_ptr<const std::map<int, ChangeFn>> subs;
   {
-    std::lock_guard lock(subscribers_mu_);
+    MutexLock lock(&subscribers_mu_);
     subs = subscribers_;
   }
   for (const auto& [id, fn] : *subs) fn(tp, state);
@@ -291,15 +293,15 @@ void LogManager::OnChange(const TopicPartition& tp, const LogState& state) {
 
 void LogManager::OnRoll(const TopicPartition& tp, int64_t offset) {
   {
-    std::lock_guard lock(work_mu_);
+    MutexLock lock(&work_mu_);
     roll_flushes_.emplace_back(tp, offset);
   }
-  work_cv_.notify_all();
+  work_cv_.SignalAll();
 }
 
 void LogManager::QueueUnlink(std::vector<std::shared_ptr<Segment>> segments, int64_t delay_ms) {
   if (segments.empty()) return;
-  std::lock_guard lock(work_mu_);
+  MutexLock lock(&work_mu_);
   for (std::shared_ptr<Segment>& s : segments) {
     unlink_at_.emplace_back(options_.now_ms() + delay_ms, std::move(s));
   }
@@ -323,7 +325,7 @@ void LogManager::RunTimedFlush() {
 void LogManager::UnlinkDue(bool all) {
   std::vector<std::shared_ptr<Segment>> due;
   {
-    std::lock_guard lock(work_mu_);
+    MutexLock lock(&work_mu_);
     int64_t now = options_.now_ms();
     for (auto it = unlink_at_.begin(); it != unlink_at_.end();) {
       if (all || it->first <= now) {
@@ -343,7 +345,7 @@ void LogManager::UnlinkDue(bool all) {
 void LogManager::RemoveDeletedDirs(bool all) {
   std::vector<std::string> dirs;
   {
-    std::lock_guard lock(work_mu_);
+    MutexLock lock(&work_mu_);
     dirs.swap(deleted_dirs_);
   }
   for (const std::string& d : dirs) {
@@ -361,7 +363,7 @@ Status LogManager::WriteCheckpoints() {
     dirty[d];
   }
   {
-    std::lock_guard lock(logs_mu_);
+    MutexLock lock(&logs_mu_);
     for (const auto& [tp, log] : logs_) {
       const std::string& d = log_dir_of_.at(tp);
       LogState s = log->State();
@@ -385,11 +387,11 @@ void LogManager::BackgroundLoop() {
   for (;;) {
     std::vector<std::pair<TopicPartition, int64_t>> rolls;
     {
-      std::unique_lock lock(work_mu_);
+      MutexLock lock(&work_mu_);
       int64_t now = options_.now_ms();
       int64_t wake = std::min({next_retention, next_flush, next_checkpoint});
       if (roll_flushes_.empty() && deleted_dirs_.empty() && !stopping_ && wake > now) {
-        work_cv_.wait_for(lock, std::chrono::milliseconds(std::min<int64_t>(wake - now, 1000)));
+        work_cv_.WaitFor(&work_mu_, std::chrono::milliseconds(std::min<int64_t>(wake - now, 1000)));
       }
       if (stopping_) return;
       rolls.swap(roll_flushes_);
@@ -429,11 +431,11 @@ void LogManager::CleanerLoop() {
     // The cleaner does not say whose segments these were: the node's delay applies.
     QueueUnlink(std::move(replaced), options_.defaults.file_delete_delay_ms);
     if (!cleaned.ok()) Logger()->error("cleaner: {}", cleaned.status().message());
-    std::unique_lock lock(work_mu_);
+    MutexLock lock(&work_mu_);
     if (stopping_) return;
     if (cleaned.ok() && *cleaned) continue;  // more may be waiting
-    work_cv_.wait_for(lock, std::chrono::milliseconds(options_.cleaner_backoff_ms),
-                      [this] { return stopping_; });
+    work_cv_.WaitFor(&work_mu_, std::chrono::milliseconds(options_.cleaner_backoff_ms),
+                     [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) { return stopping_; });
     if (stopping_) return;
   }
 }
@@ -442,10 +444,10 @@ Status LogManager::Shutdown() {
   if (shut_down_) return absl::OkStatus();
   shut_down_ = true;
   {
-    std::lock_guard lock(work_mu_);
+    MutexLock lock(&work_mu_);
     stopping_ = true;
   }
-  work_cv_.notify_all();
+  work_cv_.SignalAll();
   if (background_.joinable()) background_.join();
   if (cleaner_thread_.joinable()) cleaner_thread_.join();
   // Logs close in parallel (each is fsyncs and index trims): thousands of partitions must

@@ -8,16 +8,15 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/util/mutex.h"
 #include "common/util/status.h"
 #include "storaged/log/file_cache.h"
 #include "storaged/log/log.h"
@@ -98,23 +97,25 @@ class LogManager {
   FileCache files_;
   LoadReport load_report_;
 
-  std::mutex create_mu_;  // serializes CreateLog's opening of new logs
-  mutable std::mutex logs_mu_;
-  std::map<TopicPartition, std::shared_ptr<Log>> logs_;
-  std::map<TopicPartition, std::string> log_dir_of_;  // partition -> the log dir holding it
+  Mutex create_mu_;  // serializes CreateLog's opening of new logs
+  mutable Mutex logs_mu_;
+  std::map<TopicPartition, std::shared_ptr<Log>> logs_ ABSL_GUARDED_BY(logs_mu_);
+  // partition -> the log dir holding it
+  std::map<TopicPartition, std::string> log_dir_of_ ABSL_GUARDED_BY(logs_mu_);
 
-  std::mutex subscribers_mu_;
-  int next_subscriber_ = 1;
-  std::shared_ptr<const std::map<int, ChangeFn>> subscribers_ =
+  Mutex subscribers_mu_;
+  int next_subscriber_ ABSL_GUARDED_BY(subscribers_mu_) = 1;
+  std::shared_ptr<const std::map<int, ChangeFn>> subscribers_ ABSL_GUARDED_BY(subscribers_mu_) =
       std::make_shared<std::map<int, ChangeFn>>();
 
   // Background work queues, guarded by work_mu_.
-  std::mutex work_mu_;
-  std::condition_variable work_cv_;
-  bool stopping_ = false;
-  std::vector<std::pair<TopicPartition, int64_t>> roll_flushes_;
-  std::vector<std::pair<int64_t, std::shared_ptr<Segment>>> unlink_at_;  // (due ms, segment)
-  std::vector<std::string> deleted_dirs_;
+  Mutex work_mu_;
+  CondVar work_cv_;
+  bool stopping_ ABSL_GUARDED_BY(work_mu_) = false;
+  std::vector<std::pair<TopicPartition, int64_t>> roll_flushes_ ABSL_GUARDED_BY(work_mu_);
+  // (due ms, segment)
+  std::vector<std::pair<int64_t, std::shared_ptr<Segment>>> unlink_at_ ABSL_GUARDED_BY(work_mu_);
+  std::vector<std::string> deleted_dirs_ ABSL_GUARDED_BY(work_mu_);
   std::thread background_;
   std::thread cleaner_thread_;
   bool shut_down_ = false;

@@ -101,10 +101,10 @@ std::string ParseHeader(const uint8_t* p, int64_t position, int64_t end, BatchLo
 
 }  // namespace
 
-Segment::Segment(std::string dir, int64_t base_offset, FileCache* files)
+Segment::Segment(std::string dir, int64_t base_offset, std::string log_path, FileCache* files)
     : dir_(std::move(dir)),
       base_offset_(base_offset),
-      log_path_(SegmentFilePath(dir_, base_offset, kLogSuffix)),
+      log_path_(std::move(log_path)),
       files_(files),
       next_offset_(base_offset),
       offset_of_max_timestamp_(base_offset) {}
@@ -115,16 +115,16 @@ StatusOr<std::unique_ptr<Segment>> Segment::Open(const std::string& dir, int64_t
                                                  int32_t max_index_bytes, bool create,
                                                  bool active, FileCache* files,
                                                  std::string_view suffix) {
-  std::unique_ptr<Segment> s(new Segment(dir, base_offset, files));
-  s->log_path_ += std::string(suffix);
+  const std::string log_path = SegmentFilePath(dir, base_offset, kLogSuffix) + std::string(suffix);
+  std::unique_ptr<Segment> s(new Segment(dir, base_offset, log_path, files));
   s->max_index_bytes_ = max_index_bytes;
   s->active_ = active;
   s->created_ms_ = 0;
   struct stat st;
-  if (::stat(s->log_path_.c_str(), &st) != 0) {
-    if (errno != ENOENT || !create) return ErrnoStatus("stat", s->log_path_);
-    RUNNEL_ASSIGN_OR_RETURN(auto fh, files->Get(s->log_path_, /*create=*/true));
-    if (::fstat(fh->fd(), &st) != 0) return ErrnoStatus("fstat", s->log_path_);
+  if (::stat(log_path.c_str(), &st) != 0) {
+    if (errno != ENOENT || !create) return ErrnoStatus("stat", log_path);
+    RUNNEL_ASSIGN_OR_RETURN(auto fh, files->Get(log_path, /*create=*/true));
+    if (::fstat(fh->fd(), &st) != 0) return ErrnoStatus("fstat", log_path);
   }
   s->size_.store(st.st_size);
   s->inode_ = static_cast<uint64_t>(st.st_ino);
@@ -141,7 +141,7 @@ StatusOr<std::unique_ptr<Segment>> Segment::Open(const std::string& dir, int64_t
 }
 
 std::string Segment::log_path() const {
-  std::lock_guard lock(path_mu_);
+  MutexLock lock(&path_mu_);
   return log_path_;
 }
 
@@ -508,7 +508,7 @@ Status Segment::RenameSuffix(std::string_view from, std::string_view to) {
   files_->Forget(new_log);
   if (::rename(old_log.c_str(), new_log.c_str()) != 0) return ErrnoStatus("rename", old_log);
   {
-    std::lock_guard lock(path_mu_);
+    MutexLock lock(&path_mu_);
     log_path_ = new_log;
   }
   RUNNEL_RETURN_IF_ERROR(offset_index_->RenameTo(renamed(offset_index_->path())));

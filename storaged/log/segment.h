@@ -9,15 +9,15 @@
 #pragma once
 
 #include <atomic>
-#include <functional>
-#include <optional>
-#include <vector>
 #include <cstdint>
+#include <functional>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/record/batch.h"
+#include "common/util/mutex.h"
 #include "common/util/status.h"
 #include "storaged/log/file_cache.h"
 #include "storaged/log/index.h"
@@ -131,7 +131,7 @@ class Segment {
   Status Delete();
 
  private:
-  Segment(std::string dir, int64_t base_offset, FileCache* files);
+  Segment(std::string dir, int64_t base_offset, std::string log_path, FileCache* files);
   StatusOr<std::shared_ptr<FileHandle>> File() const;
   void Track(const BatchLocation& loc);
   Status IndexBatch(const BatchLocation& loc, int32_t index_interval_bytes);
@@ -141,8 +141,8 @@ class Segment {
 
   std::string dir_;
   int64_t base_offset_;
-  mutable std::mutex path_mu_;  // guards log_path_ against renames while others read it
-  std::string log_path_;
+  mutable Mutex path_mu_;  // guards log_path_ against renames while others read it
+  std::string log_path_ ABSL_GUARDED_BY(path_mu_);
   uint64_t inode_ = 0;
   FileCache* files_;
   std::atomic<int64_t> size_{0};
