@@ -1,5 +1,8 @@
 #include "brokerd/controller_client.h"
 
+#include <condition_variable>
+#include <mutex>
+
 #include "common/grpc/unix_server.h"
 #include "common/log/log.h"
 
@@ -151,10 +154,10 @@ grpc::Status ControllerClient::RegisterBrokerBlocking(
     }
     // A signal handler sets `stop` and cannot notify: look at it every 100 ms.
     const auto retry_at = now + backoff;
-    std::unique_lock lock(mu_);
+    MutexLock lock(&mu_);
     while (std::chrono::steady_clock::now() < retry_at) {
       if (stopping_ || stop.load()) return status;
-      cv_.wait_for(lock, std::chrono::milliseconds(100));
+      cv_.WaitFor(&mu_, std::chrono::milliseconds(100));
     }
     if (stopping_ || stop.load()) return status;
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
@@ -162,7 +165,7 @@ grpc::Status ControllerClient::RegisterBrokerBlocking(
 }
 
 bool ControllerClient::Stopping() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return stopping_;
 }
 
@@ -174,12 +177,12 @@ void ControllerClient::StartWatch(
 
 void ControllerClient::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_ && !watch_thread_.joinable()) return;
     stopping_ = true;
     if (watch_ctx_ != nullptr) watch_ctx_->TryCancel();
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (watch_thread_.joinable()) watch_thread_.join();
   inflight_->CancelAndWait();
 }
@@ -192,7 +195,7 @@ void ControllerClient::WatchLoop() {
   while (true) {
     grpc::ClientContext ctx;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_) return;
       watch_ctx_ = &ctx;
     }
@@ -210,7 +213,7 @@ void ControllerClient::WatchLoop() {
     }
     grpc::Status status = reader->Finish();
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       watch_ctx_ = nullptr;
       if (stopping_) return;
     }
@@ -224,8 +227,11 @@ void ControllerClient::WatchLoop() {
       // Every controller tried once without luck: wait before the next round.
       if (target != 0) continue;
     }
-    std::unique_lock lock(mu_);
-    if (cv_.wait_for(lock, backoff, [this] { return stopping_; })) return;
+    MutexLock lock(&mu_);
+    if (cv_.WaitFor(&mu_, backoff,
+                    [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; })) {
+      return;
+    }
     backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
   }
 }

@@ -12,20 +12,19 @@
 // breaks it reconnects from the next offset it needs, with a capped backoff.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "brokerd/net/event_loop.h"
 #include "brokerd/unary_calls.h"
+#include "common/util/mutex.h"
 #include "proto/runnel/controller.grpc.pb.h"
 
 namespace runnel::brokerd {
@@ -95,10 +94,10 @@ class ControllerClient {
 
   std::function<void(const runnel::controller::MetadataUpdate&)> apply_;
   std::thread watch_thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  grpc::ClientContext* watch_ctx_ = nullptr;  // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* watch_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::atomic<int64_t> next_offset_{0};
 };
 

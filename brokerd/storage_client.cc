@@ -62,12 +62,12 @@ void StorageClient::StartWatch(
 
 void StorageClient::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_ && !watch_thread_.joinable()) return;
     stopping_ = true;
     if (watch_ctx_ != nullptr) watch_ctx_->TryCancel();
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (watch_thread_.joinable()) watch_thread_.join();
   inflight_->CancelAndWait();
 }
@@ -77,7 +77,7 @@ void StorageClient::WatchLoop() {
   while (true) {
     grpc::ClientContext ctx;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_) return;
       watch_ctx_ = &ctx;
     }
@@ -91,7 +91,7 @@ void StorageClient::WatchLoop() {
     }
     grpc::Status status = reader->Finish();
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       watch_ctx_ = nullptr;
       if (stopping_) return;
     }
@@ -100,8 +100,11 @@ void StorageClient::WatchLoop() {
       loop_.Post([this] { lost_(); });
       Log()->warn("partition watch ended ({}); reconnecting", status.error_message());
     }
-    std::unique_lock lock(mu_);
-    if (cv_.wait_for(lock, backoff, [this] { return stopping_; })) return;
+    MutexLock lock(&mu_);
+    if (cv_.WaitFor(&mu_, backoff,
+                    [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; })) {
+      return;
+    }
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
 }

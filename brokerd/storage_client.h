@@ -7,19 +7,18 @@
 // the first message of each stream is a full snapshot.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
-#include <grpcpp/grpcpp.h>
-
 #include "brokerd/net/event_loop.h"
 #include "brokerd/unary_calls.h"
+#include "common/util/mutex.h"
 #include "proto/runnel/storage.grpc.pb.h"
 
 namespace runnel::brokerd {
@@ -77,10 +76,10 @@ class StorageClient {
   std::function<void(const storage::PartitionChange&, bool)> apply_;
   std::function<void()> lost_;
   std::thread watch_thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  grpc::ClientContext* watch_ctx_ = nullptr;  // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* watch_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace runnel::brokerd

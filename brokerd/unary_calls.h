@@ -6,17 +6,16 @@
 // which may then go, and no call holds the client's channel.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <utility>
 
-#include <grpcpp/grpcpp.h>
-
 #include "brokerd/net/event_loop.h"
+#include "common/util/mutex.h"
 
 namespace runnel::brokerd {
 
@@ -24,30 +23,30 @@ class InflightCalls {
  public:
   // Registers a call about to start; false once stopped (the call must not start).
   bool Add(grpc::ClientContext* ctx) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopped_) return false;
     calls_.insert(ctx);
     return true;
   }
   // The call's completion is done with the loop.
   void Remove(grpc::ClientContext* ctx) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     calls_.erase(ctx);
-    if (calls_.empty()) cv_.notify_all();
+    if (calls_.empty()) cv_.SignalAll();
   }
   // Refuses new calls, cancels those in flight and waits for their completions.
   void CancelAndWait() {
-    std::unique_lock lock(mu_);
+    MutexLock lock(&mu_);
     stopped_ = true;
     for (grpc::ClientContext* ctx : calls_) ctx->TryCancel();
-    cv_.wait(lock, [this] { return calls_.empty(); });
+    cv_.Wait(&mu_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls_.empty(); });
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::set<grpc::ClientContext*> calls_;
-  bool stopped_ = false;
+  Mutex mu_;
+  CondVar cv_;
+  std::set<grpc::ClientContext*> calls_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 template <typename Resp>

@@ -37,14 +37,14 @@ EventLoop::~EventLoop() {
 void EventLoop::Run() { uv_run(&loop_, UV_RUN_DEFAULT); }
 
 void EventLoop::Post(std::function<void()> fn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (stopping_) return;
   queue_.push_back(std::move(fn));
   async_.Send();
 }
 
 void EventLoop::Stop(std::function<void()> on_stop) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (stopping_) return;
   stopping_ = true;
   on_stop_ = std::move(on_stop);
@@ -56,7 +56,7 @@ void EventLoop::Drain() {
   std::function<void()> on_stop;
   bool stopping;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     work.swap(queue_);
     stopping = stopping_;
     on_stop = std::move(on_stop_);

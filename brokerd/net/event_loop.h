@@ -9,10 +9,10 @@
 #include <uv.h>
 
 #include <functional>
-#include <mutex>
 #include <vector>
 
 #include "brokerd/net/uv_handle.h"
+#include "common/util/mutex.h"
 
 namespace runnel::brokerd {
 
@@ -44,13 +44,13 @@ class EventLoop {
   void Drain();
 
   uv_loop_t loop_;
-  std::mutex mu_;
+  Mutex mu_;
   // Sent and closed under mu_: once stopping_ is set no thread sends again, so the loop
   // thread may close it.
   UvAsync async_;
-  std::vector<std::function<void()>> queue_;
-  std::function<void()> on_stop_;
-  bool stopping_ = false;
+  std::vector<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> on_stop_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace runnel::brokerd
