@@ -72,6 +72,18 @@ def includes(path):
         return []
 
 
+def closure(path):
+    """`path` and every project file it includes, directly or not."""
+    seen = set()
+    pending = [path]
+    while pending:
+        f = pending.pop()
+        if f not in seen:
+            seen.add(f)
+            pending.extend(includes(f))
+    return seen
+
+
 def includers(targets, files):
     """Those of `files` that include one of `targets`, directly or through other headers."""
     graph = {}

@@ -7,6 +7,9 @@
 // (scripts/thread-safety-check, run by `make test`) fails on any access without it.
 // (LevelDB's port/port_stdcxx.h and port/thread_annotations.h do the same.)
 //
+// Keep a Mutex a private member (or a local): scripts/thread-safety-check then needs to parse
+// only the files that name the lock vocabulary.
+//
 // A wait's predicate is a lambda, which the analysis checks as a function of its own: say
 // that it runs under the lock with `[&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ... }`.
 #pragma once
