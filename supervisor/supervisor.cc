@@ -388,14 +388,14 @@ void Supervisor::Publish() {
     snap.roles.push_back(std::move(s));
     started_at.push_back(r.started_at);
   }
-  std::lock_guard lock(status_mu_);
+  MutexLock lock(&status_mu_);
   published_ = std::move(snap);
   published_started_at_ = std::move(started_at);
 }
 
 SupervisorSnapshot Supervisor::Status() const {
   const TimePoint now = clock_->Now();
-  std::lock_guard lock(status_mu_);
+  MutexLock lock(&status_mu_);
   SupervisorSnapshot snap = published_;
   snap.uptime = std::chrono::duration_cast<Millis>(now - created_at_);
   for (size_t i = 0; i < snap.roles.size(); ++i) {

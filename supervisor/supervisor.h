@@ -12,12 +12,12 @@
 #pragma once
 
 #include <chrono>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/util/mutex.h"
 #include "supervisor/process.h"
 #include "supervisor/roles.h"
 
@@ -171,9 +171,10 @@ class Supervisor {
   int exit_code_ = 0;
   std::string failure_;
 
-  mutable std::mutex status_mu_;
-  SupervisorSnapshot published_;  // guarded by status_mu_; uptimes are filled by Status()
-  std::vector<TimePoint> published_started_at_;  // guarded by status_mu_
+  mutable Mutex status_mu_;
+  // Uptimes are filled by Status().
+  SupervisorSnapshot published_ ABSL_GUARDED_BY(status_mu_);
+  std::vector<TimePoint> published_started_at_ ABSL_GUARDED_BY(status_mu_);
 };
 
 }  // namespace runnel::supervisor

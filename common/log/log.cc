@@ -3,18 +3,18 @@
 #include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
-#include <mutex>
 #include <vector>
 
 #include "common/config/config.h"
+#include "common/util/mutex.h"
 
 namespace runnel::log {
 namespace {
 
 struct State {
-  std::mutex mu;
-  std::vector<spdlog::sink_ptr> sinks;
-  spdlog::level::level_enum level = spdlog::level::info;
+  Mutex mu;
+  std::vector<spdlog::sink_ptr> sinks ABSL_GUARDED_BY(mu);
+  spdlog::level::level_enum level ABSL_GUARDED_BY(mu) = spdlog::level::info;
 };
 
 State& GetState() {
@@ -26,7 +26,7 @@ State& GetState() {
 
 void Init(const Options& options) {
   State& s = GetState();
-  std::lock_guard lock(s.mu);
+  MutexLock lock(&s.mu);
   s.sinks.clear();
   auto err = std::make_shared<spdlog::sinks::stderr_sink_mt>();
   std::string pattern = "%Y-%m-%dT%H:%M:%S.%e %^%L%$ " + options.role + " %n: %v";
@@ -46,9 +46,12 @@ void Init(const Options& options) {
     }
   }
   s.level = spdlog::level::from_str(options.level);
+  // Copies, so that the lambda reads no guarded member (it runs here, under the lock).
+  const std::vector<spdlog::sink_ptr> sinks = s.sinks;
+  const spdlog::level::level_enum level = s.level;
   spdlog::apply_all([&](const std::shared_ptr<spdlog::logger>& l) {
-    l->sinks() = s.sinks;
-    l->set_level(s.level);
+    l->sinks() = sinks;
+    l->set_level(level);
   });
 }
 
@@ -64,7 +67,7 @@ void InitFromConfig(std::string_view role, const config::Config& config) {
 
 std::shared_ptr<spdlog::logger> Get(const std::string& name) {
   State& s = GetState();
-  std::lock_guard lock(s.mu);
+  MutexLock lock(&s.mu);
   if (auto existing = spdlog::get(name)) return existing;
   if (s.sinks.empty()) {
     auto err = std::make_shared<spdlog::sinks::stderr_sink_mt>();
