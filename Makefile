@@ -1,7 +1,8 @@
 # Runnel's entry points. `make run` and `make test` work on a fresh Debian machine.
 #   make run    install what is missing, build Release, start one node on 127.0.0.1:9092
-#   make test   install what is missing, build the libFuzzer targets with clang and run
-#               them for a bounded time, then build with ASan+UBSan and run every test (CTest)
+#   make test   install what is missing, check formatting, lock annotations and clang-tidy on
+#               what changed, build the libFuzzer targets with clang and run them for a
+#               bounded time, then build with ASan+UBSan and run every test (CTest)
 #   make bench  build Release and run the benchmarks under bench/
 #   make soak   build Release and run the Raft simulator over SEEDS seeds of long runs
 #               for 3 and for 5 voters (a failing seed is printed with how to replay it)
@@ -13,6 +14,8 @@
 #               the judge, then against a Runnel node (COMPAT_TESTS picks the test modules)
 #   make fmt-check  fail, naming the files, when a C++ file differs from what clang-format writes
 #   make thread-safety  check the lock annotations with clang -Wthread-safety (parse only)
+#   make tidy   clang-tidy (.clang-tidy's checks) over every source; about half an hour
+#   make tidy-changed   the same over what differs from TIDY_BASE (origin/main, else main)
 
 CONFIG ?= config/runnel.properties
 JOBS ?= $(shell nproc)
@@ -25,9 +28,12 @@ CLANG_CHECK_DIR := build/tidy
 FUZZ_DIR := build/fuzz
 COMPAT_TESTS ?= test_topics test_console test_groups test_metadata_quorum \
   test_java_client test_python_clients test_go_client
+# What tidy-changed compares with; empty: origin/main, else main (on main itself: HEAD~1).
+TIDY_BASE ?=
 CMAKE_COMMON := -G Ninja -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
 
-.PHONY: all deps build run test unit-test fuzz-test bench soak fmt fmt-check clean peers compat thread-safety
+.PHONY: all deps build run test unit-test fuzz-test bench soak fmt fmt-check thread-safety \
+	tidy tidy-changed clean peers compat
 
 all: build
 
@@ -42,9 +48,9 @@ run: build
 	@mkdir -p data
 	exec $(RELEASE_DIR)/bin/runnel --config $(CONFIG)
 
-# The style checks run first (seconds); the fuzzers next, so that the closing CTest summary
-# is the whole suite's.
-test: fmt-check thread-safety fuzz-test unit-test
+# The style checks run first (seconds to minutes); the fuzzers next, so that the closing CTest
+# summary is the whole suite's.
+test: fmt-check thread-safety tidy-changed fuzz-test unit-test
 
 unit-test: deps
 	cmake -S . -B $(TEST_DIR) $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=Debug -DRUNNEL_SANITIZE=ON
@@ -85,6 +91,12 @@ fmt-check: deps
 
 thread-safety: deps
 	nice scripts/thread-safety-check -j $(JOBS) --build-dir $(CLANG_CHECK_DIR)
+
+tidy: deps
+	nice scripts/tidy -j $(JOBS) --build-dir $(CLANG_CHECK_DIR)
+
+tidy-changed: deps
+	nice scripts/tidy -j $(JOBS) --build-dir $(CLANG_CHECK_DIR) --changed $(TIDY_BASE)
 
 clean:
 	rm -rf build
