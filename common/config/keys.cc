@@ -290,8 +290,8 @@ std::vector<KeyDef> Declare() {
 }  // namespace
 
 const std::vector<KeyDef>& AllKeys() {
-  static const std::vector<KeyDef> keys = Declare();
-  return keys;
+  static const std::vector<KeyDef> kKeys = Declare();
+  return kKeys;
 }
 
 }  // namespace runnel::config

@@ -8,7 +8,7 @@
 namespace runnel::config {
 namespace {
 
-constexpr int64_t kMinute = 60 * 1000;
+constexpr int64_t kMinute = int64_t{60} * 1000;
 constexpr int64_t kHour = 60 * kMinute;
 
 std::vector<TopicSynonyms> Declare() {
@@ -56,8 +56,8 @@ const TopicSynonyms* FindByNodeKey(std::string_view node_key) {
 }  // namespace
 
 const std::vector<TopicSynonyms>& AllTopicSynonyms() {
-  static const std::vector<TopicSynonyms> table = Declare();
-  return table;
+  static const std::vector<TopicSynonyms> kTable = Declare();
+  return kTable;
 }
 
 std::span<const NodeSynonym> NodeSynonymsOf(std::string_view topic_key) {

@@ -106,8 +106,8 @@ std::vector<KeyDef> Declare() {
 }  // namespace
 
 const std::vector<KeyDef>& AllTopicKeys() {
-  static const std::vector<KeyDef> keys = Declare();
-  return keys;
+  static const std::vector<KeyDef> kKeys = Declare();
+  return kKeys;
 }
 
 const KeyDef* FindTopicKey(std::string_view name) {

@@ -143,7 +143,7 @@ namespace runnel::protocol {
   X(kVoterNotFound, VOTER_NOT_FOUND, 127, false)
 
 enum class ErrorCode : int16_t {
-#define RUNNEL_ERROR_ENUM(e, name, code, retriable) e = code,
+#define RUNNEL_ERROR_ENUM(e, name, code, retriable) e = (code),
   RUNNEL_KAFKA_ERRORS(RUNNEL_ERROR_ENUM)
 #undef RUNNEL_ERROR_ENUM
 };
@@ -167,6 +167,8 @@ constexpr bool IsRetriable(ErrorCode code) {
 #define RUNNEL_ERROR_RETRIABLE(e, name, code, retriable) \
   case ErrorCode::e:                                     \
     return retriable;
+    // One case per code, from the table: many return the same value, on purpose.
+    // NOLINTNEXTLINE(bugprone-branch-clone)
     RUNNEL_KAFKA_ERRORS(RUNNEL_ERROR_RETRIABLE)
 #undef RUNNEL_ERROR_RETRIABLE
   }

@@ -17,6 +17,9 @@ struct Uuid {
   std::array<uint8_t, 16> bytes{};
 
   constexpr bool operator==(const Uuid&) const = default;
+  // clang-tidy 14 takes the 0 that a defaulted <=> compares with for a null pointer
+  // (llvm/llvm-project#53961, fixed in clang-tidy 18).
+  // NOLINTNEXTLINE(modernize-use-nullptr)
   constexpr auto operator<=>(const Uuid&) const = default;
 
   constexpr bool IsZero() const {

@@ -11,7 +11,7 @@
 namespace runnel::protocol {
 namespace {
 
-absl::Status Malformed(std::string message) { return absl::InvalidArgumentError(message); }
+absl::Status Malformed(const std::string& message) { return absl::InvalidArgumentError(message); }
 
 // Longest payload a string/bytes length prefix can describe.
 constexpr int64_t kMaxWideLength = std::numeric_limits<int32_t>::max();

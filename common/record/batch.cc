@@ -608,7 +608,7 @@ void SetLogAppendTime(std::span<uint8_t> batch, int64_t timestamp_ms) {
 
 // ---- BatchBuilder ----
 
-BatchBuilder::BatchBuilder(Options options) : options_(std::move(options)) {}
+BatchBuilder::BatchBuilder(Options options) : options_(options) {}
 
 void BatchBuilder::Add(int32_t offset_delta, int64_t timestamp, std::optional<ByteSpan> key,
                        std::optional<ByteSpan> value, const std::vector<RecordHeader>& headers) {

@@ -34,7 +34,7 @@ constexpr uint8_t kXerialMagic[8] = {0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0};
 constexpr size_t kXerialHeaderSize = 16;  // magic, int32 version, int32 compatible version
 constexpr int32_t kXerialVersion = 1;
 // SnappyOutputStream's default block size, which Kafka's Java producer uses.
-constexpr size_t kXerialBlockSize = 32 * 1024;
+constexpr size_t kXerialBlockSize = size_t{32} * 1024;
 
 Status TooLarge(const char* codec, size_t max_output) {
   return absl::ResourceExhaustedError(

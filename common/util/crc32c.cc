@@ -91,12 +91,12 @@ struct ShiftTables {
 };
 
 const ShiftTables& LongShift() {
-  static const ShiftTables tables(kLongBlock);
-  return tables;
+  static const ShiftTables kTables(kLongBlock);
+  return kTables;
 }
 const ShiftTables& ShortShift() {
-  static const ShiftTables tables(kShortBlock);
-  return tables;
+  static const ShiftTables kTables(kShortBlock);
+  return kTables;
 }
 
 // Three interleaved chains over blocks of `block` bytes while 3 blocks remain.

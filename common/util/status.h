@@ -44,10 +44,13 @@ struct fmt::formatter<absl::string_view> : fmt::formatter<std::string_view> {
 
 #define RUNNEL_CONCAT_INNER(a, b) a##b
 #define RUNNEL_CONCAT(a, b) RUNNEL_CONCAT_INNER(a, b)
+// `tmp` is a name and `lhs` may be a declaration (`auto x`): neither takes parentheses.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define RUNNEL_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                                 \
   if (!tmp.ok()) return tmp.status();                \
   lhs = std::move(*tmp)
+// NOLINTEND(bugprone-macro-parentheses)
 // `RUNNEL_ASSIGN_OR_RETURN(auto x, F());` binds x to F()'s value or returns its status.
 #define RUNNEL_ASSIGN_OR_RETURN(lhs, expr) \
   RUNNEL_ASSIGN_OR_RETURN_IMPL(RUNNEL_CONCAT(_statusor_, __LINE__), lhs, expr)
