@@ -443,13 +443,14 @@ std::vector<std::vector<int32_t>> Controller::PlaceReplicasLocked(
   if (any_rack) {
     const uint64_t start = rng_();
     const uint64_t shift = rng_();
-    return PlaceRackAware(partitions, rf, std::move(with_racks), start, shift);
+    return PlaceRackAware(partitions, rf, with_racks, start, shift);
   }
   // Without racks: round-robin from a random start.
   std::vector<std::vector<int32_t>> placement;
   size_t start = static_cast<size_t>(rng_() % unfenced.size());
   for (int32_t p = 0; p < partitions; ++p) {
     std::vector<int32_t> replicas;
+    replicas.reserve(static_cast<size_t>(std::max(rf, 0)));
     for (int32_t i = 0; i < rf; ++i) {
       replicas.push_back(
           unfenced[(start + static_cast<size_t>(p) + static_cast<size_t>(i)) % unfenced.size()]);

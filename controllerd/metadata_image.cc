@@ -13,7 +13,7 @@ std::string Hex(std::string_view bytes) {
   return out;
 }
 
-Status Bad(std::string msg) { return absl::DataLossError(std::move(msg)); }
+Status Bad(const std::string& msg) { return absl::DataLossError(msg); }
 
 }  // namespace
 

@@ -7,7 +7,7 @@
 namespace runnel::controllerd {
 
 std::vector<std::vector<int32_t>> PlaceRackAware(int32_t partitions, int32_t rf,
-                                                 std::vector<PlacementBroker> brokers,
+                                                 const std::vector<PlacementBroker>& brokers,
                                                  uint64_t start, uint64_t shift) {
   std::map<std::string, std::vector<int32_t>> by_rack;
   std::map<int32_t, std::string> rack_of;

@@ -25,7 +25,7 @@ struct PlacementBroker {
 // `partitions` partitions of `rf` replicas over `brokers` (non-empty, rf <= brokers.size()).
 // `start` and `shift` are the random draws (Kafka draws both at random per request).
 std::vector<std::vector<int32_t>> PlaceRackAware(int32_t partitions, int32_t rf,
-                                                 std::vector<PlacementBroker> brokers,
+                                                 const std::vector<PlacementBroker>& brokers,
                                                  uint64_t start, uint64_t shift);
 
 }  // namespace runnel::controllerd

@@ -69,7 +69,7 @@ Quorum::Quorum(QuorumOptions options, std::unique_ptr<raft::Storage> storage,
       transport_(std::move(transport)),
       adapter_(std::make_unique<Adapter>(this)) {}
 
-Quorum::~Quorum() {
+Quorum::~Quorum() {  // NOLINT(bugprone-exception-escape): see quorum.h
   Stop();
   // The node goes before the transport and storage it points to.
   node_.reset();

@@ -112,7 +112,7 @@ uint64_t HashEvent(uint64_t hash, const TraceEvent& e) {
           static_cast<int64_t>(m.seq), m.match_offset, m.hint_offset, m.snapshot.end_offset,
           static_cast<int64_t>(m.chunk_offset), static_cast<int64_t>(e.entries),
           static_cast<int64_t>(e.chunk), static_cast<int64_t>(m.leader),
-          static_cast<int64_t>(m.granted) * 4 + m.success * 2 + m.done}) {
+          static_cast<int64_t>(m.granted) * 4 + static_cast<int64_t>(m.success) * 2 + m.done}) {
       hash = Mix(hash, static_cast<uint64_t>(v));
     }
   }
