@@ -62,10 +62,12 @@ StatusOr<int> PosixLauncher::Spawn(const RoleSpec& spec) {
   argv_storage.push_back(spec.DisplayName());
   argv_storage.insert(argv_storage.end(), spec.args.begin(), spec.args.end());
   std::vector<char*> argv;
+  argv.reserve(argv_storage.size() + 1);
   for (std::string& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::vector<std::string> env_storage = MergeEnvironment(environ, spec.env);
   std::vector<char*> envp;
+  envp.reserve(env_storage.size() + 1);
   for (std::string& e : env_storage) envp.push_back(e.data());
   envp.push_back(nullptr);
 

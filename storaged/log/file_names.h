@@ -39,6 +39,9 @@ inline constexpr std::string_view kCleanShutdownMarker = ".kafka_cleanshutdown";
 struct TopicPartition {
   std::string topic;
   int32_t partition = 0;
+  // clang-tidy 14 takes the 0 that a defaulted <=> compares with for a null pointer
+  // (llvm/llvm-project#53961, fixed in clang-tidy 18).
+  // NOLINTNEXTLINE(modernize-use-nullptr)
   auto operator<=>(const TopicPartition&) const = default;
   std::string ToString() const;  // "topic-3"
 };

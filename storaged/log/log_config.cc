@@ -53,10 +53,10 @@ int64_t Duration(const config::Config& node, std::string_view ms_key, std::strin
   if (node.SourceOf(ms_key) != config::Source::kDefault) return node.GetLong(ms_key);
   auto scaled = [](int64_t v, int64_t unit) { return v < 0 ? -1 : v * unit; };
   if (!minutes_key.empty() && node.SourceOf(minutes_key) != config::Source::kDefault) {
-    return scaled(node.GetInt(minutes_key), 60 * 1000);
+    return scaled(node.GetInt(minutes_key), int64_t{60} * 1000);
   }
   if (node.SourceOf(hours_key) != config::Source::kDefault) {
-    return scaled(node.GetInt(hours_key), 60 * 60 * 1000);
+    return scaled(node.GetInt(hours_key), int64_t{60} * 60 * 1000);
   }
   return node.GetLong(ms_key);
 }
@@ -95,7 +95,10 @@ StatusOr<LogConfig> LogConfig::WithOverrides(const LogConfig& defaults,
   // log line says exactly what was wrong.
   RUNNEL_RETURN_IF_ERROR(config::ValidateTopicConfigs(topic));
   LogConfig c = defaults;
-  for (const auto& [key, value] : topic) {
+  for (const auto& entry : topic) {
+    // References, not a structured binding: clang 14 cannot capture a binding in a lambda.
+    const std::string& key = entry.first;
+    const std::string& value = entry.second;
     auto as_long = [&](int64_t fallback) { return ParseLong(value, fallback); };
     auto as_int = [&](int32_t fallback) {
       return static_cast<int32_t>(ParseLong(value, fallback));
