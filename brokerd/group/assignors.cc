@@ -57,6 +57,7 @@ std::map<std::string, Assignment> UniformAssignor::Assign(const AssignmentSpec& 
 
   // 2. The rest, each to the eligible member with the fewest partitions (ties: member id).
   std::vector<std::pair<int, Uuid>> topic_order;
+  topic_order.reserve(subscribers.size());
   for (const auto& [t, n] : subscribers) topic_order.push_back({n, t});
   std::sort(topic_order.begin(), topic_order.end());
   for (const auto& [n, topic] : topic_order) {

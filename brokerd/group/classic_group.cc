@@ -330,7 +330,8 @@ void ClassicGroup::Load(const ClassicGroupValue& value) {
   }
 }
 
-void ClassicGroup::WriteGroup(ClassicGroupValue value, std::function<void(ErrorCode error)> done) {
+void ClassicGroup::WriteGroup(const ClassicGroupValue& value,
+                              std::function<void(ErrorCode error)> done) {
   std::weak_ptr<bool> alive = alive_;
   std::vector<LogRecord> records;
   records.push_back(ClassicGroupRecord(group_id_, value));
@@ -870,6 +871,9 @@ void ClassicGroup::ReplaceStaticMemberThenRebalance(const std::string& old_id,
 
 // ---- SyncGroup -------------------------------------------------------------------------
 
+// clang-tidy 14 misses that the assignments are moved out of `params` (through a structured
+// binding) and would have it a const reference, which would copy them.
+// NOLINTNEXTLINE(performance-unnecessary-value-param)
 void ClassicGroup::Sync(SyncParams params, SyncDone done) {
   if (state_ == State::kEmpty) return done(SyncError(ErrorCode::kUnknownMemberId));
   if (state_ == State::kDead) return done(SyncError(ErrorCode::kCoordinatorNotAvailable));
@@ -909,7 +913,7 @@ void ClassicGroup::Sync(SyncParams params, SyncDone done) {
         it = members_.count(it->first) > 0 ? std::next(it) : assignment.erase(it);
       }
       const int32_t generation = generation_;
-      WriteGroup(std::move(value),
+      WriteGroup(value,
                  [this, generation, assignment = std::move(assignment)](ErrorCode error) mutable {
                    OnSyncWritten(generation, std::move(assignment), error);
                  });

@@ -53,7 +53,7 @@ class ClassicGroup {
 
   // Kafka's classicGroupNewMemberJoinTimeoutMs: a new member parked in JoinGroup is dropped
   // after this long (it cannot heartbeat yet; a client that gave up would otherwise linger).
-  static constexpr int64_t kNewMemberJoinTimeoutMs = 5 * 60 * 1000;
+  static constexpr int64_t kNewMemberJoinTimeoutMs = int64_t{5} * 60 * 1000;
 
   struct Protocol {
     std::string name;
@@ -221,7 +221,7 @@ class ClassicGroup {
 
   // Writes the group (members with `assignment`, or none) and runs `done` with the write's
   // error mapped as Kafka maps append errors, if the group still exists then.
-  void WriteGroup(ClassicGroupValue value, std::function<void(ErrorCode error)> done);
+  void WriteGroup(const ClassicGroupValue& value, std::function<void(ErrorCode error)> done);
   void PersistEmpty();
 
   void StartJoinTimer(int64_t delay_ms, std::function<void()> fn);

@@ -650,7 +650,7 @@ void ConsumerGroup::Leave(const protocol::ConsumerGroupHeartbeatRequest& req, He
   Commit(change, AnswerOnceWritten(std::move(done), std::move(resp)));
 }
 
-void ConsumerGroup::Apply(Change& change, ParsedRecord record) {
+void ConsumerGroup::Apply(Change& change, const ParsedRecord& record) {
   Replay(record);
   change.records.push_back(ToLogRecord(record));
 }

@@ -160,7 +160,7 @@ class ConsumerGroup {
   struct Change;  // records being built by one operation
 
   // Applies `record` to the group (Replay) and adds it to the records `change` writes.
-  void Apply(Change& change, ParsedRecord record);
+  void Apply(Change& change, const ParsedRecord& record);
   Member* FindMember(const std::string& member_id);
   Member* FindStaticMember(const std::string& instance_id);
   ErrorCode FailHeartbeat(const HeartbeatDone& done, ErrorCode error, std::string message);

@@ -80,7 +80,7 @@ void HandleConsumerGroupHeartbeat(BrokerContext& broker, std::unique_ptr<Request
   auto shared_ctx = std::shared_ptr<RequestContext>(std::move(ctx));
   cg.Heartbeat(
       req, request.header.client_id.value_or(""), ClientHost(request.peer),
-      [shared_ctx, respond](ConsumerGroupHeartbeatResponse resp) {
+      [shared_ctx, respond](const ConsumerGroupHeartbeatResponse& resp) {
         respond(EncodeResponse(*shared_ctx, resp));
       },
       std::move(prefix));

@@ -23,7 +23,7 @@ bool NamesTheMetadataPartition(const DescribeQuorumRequest& req) {
 
 // Every partition asked about, with `error` (Kafka answers a wrong partition this way).
 DescribeQuorumResponse PartitionErrors(const DescribeQuorumRequest& req, ErrorCode error,
-                                       std::string message) {
+                                       const std::string& message) {
   DescribeQuorumResponse resp;
   for (const auto& t : req.topics) {
     DescribeQuorumResponse::TopicData topic;

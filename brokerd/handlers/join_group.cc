@@ -45,27 +45,27 @@ ClassicGroup::JoinParams ToParams(const RequestContext& ctx, JoinGroupRequest& r
   return p;
 }
 
-void JoinClassic(BrokerContext& broker, std::shared_ptr<RequestContext> ctx,
-                 std::shared_ptr<JoinGroupRequest> req, Respond respond);
+void JoinClassic(BrokerContext& broker, const std::shared_ptr<RequestContext>& ctx,
+                 const std::shared_ptr<JoinGroupRequest>& req, Respond respond);
 
 }  // namespace
 
 void HandleJoinGroup(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, Respond respond) {
   auto req = std::make_shared<JoinGroupRequest>();
   if (!DecodeRequest(*ctx, req.get())) return respond(Response::Close());
-  JoinClassic(broker, std::move(ctx), std::move(req), std::move(respond));
+  JoinClassic(broker, std::move(ctx), req, std::move(respond));
 }
 
 namespace {
 
-void JoinClassic(BrokerContext& broker, std::shared_ptr<RequestContext> ctx,
-                 std::shared_ptr<JoinGroupRequest> req, Respond respond) {
-  auto answer = [ctx, respond](JoinGroupResponse r) { respond(EncodeResponse(*ctx, r)); };
+void JoinClassic(BrokerContext& broker, const std::shared_ptr<RequestContext>& ctx,
+                 const std::shared_ptr<JoinGroupRequest>& req, Respond respond) {
+  auto answer = [ctx, respond](const JoinGroupResponse& r) { respond(EncodeResponse(*ctx, r)); };
   auto fail = [&](ErrorCode error, std::string member_id) {
     JoinGroupResponse r;
     r.error_code = error;
     r.member_id = std::move(member_id);
-    answer(std::move(r));
+    answer(r);
   };
   if (req->group_id.empty()) return fail(ErrorCode::kInvalidGroupId, req->member_id);
 

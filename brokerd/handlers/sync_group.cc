@@ -17,11 +17,13 @@ void HandleSyncGroup(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
   SyncGroupRequest req;
   if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
   std::shared_ptr<RequestContext> shared = std::move(ctx);
-  auto answer = [shared, respond](SyncGroupResponse r) { respond(EncodeResponse(*shared, r)); };
+  auto answer = [shared, respond](const SyncGroupResponse& r) {
+    respond(EncodeResponse(*shared, r));
+  };
   auto fail = [&](ErrorCode error) {
     SyncGroupResponse r;
     r.error_code = error;
-    answer(std::move(r));
+    answer(r);
   };
   // From v5 the client must name the protocol type and name it synced for.
   if (shared->header.api_version >= 5 && (!req.protocol_type || !req.protocol_name)) {

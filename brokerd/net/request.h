@@ -21,7 +21,7 @@ namespace runnel::brokerd {
 template <typename T>
 struct UninitializedAllocator : std::allocator<T> {
   template <typename U>
-  struct rebind {
+  struct rebind {  // NOLINT(readability-identifier-naming): the allocator interface's name
     using other = UninitializedAllocator<U>;
   };
   UninitializedAllocator() = default;
