@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  (void)bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));  // port 0: any free one
   socklen_t len = sizeof(addr);
   getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
   listen(lfd, 1);

@@ -243,8 +243,8 @@ struct Watched {
       alive = false;
       return 0;
     }
-    static const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
-    return static_cast<double>(std::stoll(fields[11]) + std::stoll(fields[12])) / ticks;
+    static const double kTicks = static_cast<double>(sysconf(_SC_CLK_TCK));
+    return static_cast<double>(std::stoll(fields[11]) + std::stoll(fields[12])) / kTicks;
   }
   int64_t RssKib() {
     std::ifstream f(fmt::format("/proc/{}/status", pid));

@@ -121,6 +121,7 @@ int Create(const Args& a) {
   latencies.reserve(a.topics);
   const auto start = Clock::now();
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(std::max(a.concurrency, 0)));
   for (int t = 0; t < a.concurrency; ++t) {
     threads.emplace_back([&] {
       auto my_stub = Stub(a.targets[0]);

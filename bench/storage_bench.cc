@@ -386,6 +386,7 @@ std::vector<std::shared_ptr<Log>> CreateLogs(LogManager& manager, const std::str
                                              const std::map<std::string, std::string>& configs) {
   std::string topic_id = runnel::protocol::Uuid::Random().ToString();
   std::vector<std::shared_ptr<Log>> logs;
+  logs.reserve(static_cast<size_t>(std::max(partitions, 0)));
   for (int p = 0; p < partitions; ++p) {
     logs.push_back(
         Take(manager.CreateLog(TopicPartition{topic, p}, topic_id, configs), "CreateLog"));
@@ -843,6 +844,7 @@ void RunPartitions(const Flags& flags, const std::string& root) {
   auto run = [&](const std::function<void(int)>& fn) {
     auto t = Clock::now();
     std::vector<std::thread> threads;
+    threads.reserve(kThreads);
     for (int i = 0; i < kThreads; ++i) {
       threads.emplace_back([&, i] {
         for (int p = i; p < n; p += kThreads) fn(p);
