@@ -262,7 +262,7 @@ TEST(StorageCrashTest, AcknowledgedBatchesSurviveKill9) {
     }
     if (i % 50 == 49) {
       std::printf("  %lld iterations: %lld batches, %d segments, %.1f s\n",
-                  static_cast<long long>(i + 1), static_cast<long long>(verified), found.segments,
+                  static_cast<long long>(i) + 1, static_cast<long long>(verified), found.segments,
                   std::chrono::duration<double>(Clock::now() - started).count());
       std::fflush(stdout);
     }

@@ -475,7 +475,7 @@ int CppProduce(const Options& o) {
   if (conf->set("dr_cb", &dr, err) != RdKafka::Conf::CONF_OK) Fail(err);
   std::unique_ptr<RdKafka::Producer> producer(RdKafka::Producer::create(conf.get(), err));
   if (!producer) Fail(err);
-  static char kEmpty[1] = {0};
+  static char no_bytes[1] = {0};  // not const: produce() takes a void*
   for (size_t i = 0; i < records.size(); ++i) {
     Record& r = records[i];
     while (true) {
@@ -483,9 +483,9 @@ int CppProduce(const Options& o) {
       for (const auto& [name, value] : r.headers) headers->add(name, value.data(), value.size());
       RdKafka::ErrorCode e = producer->produce(
           o.topic, r.partition, RdKafka::Producer::RK_MSG_COPY,
-          r.value ? (r.value->empty() ? kEmpty : r.value->data()) : nullptr,
+          r.value ? (r.value->empty() ? no_bytes : r.value->data()) : nullptr,
           r.value ? r.value->size() : 0,
-          r.key ? (r.key->empty() ? kEmpty : r.key->data()) : nullptr, r.key ? r.key->size() : 0,
+          r.key ? (r.key->empty() ? no_bytes : r.key->data()) : nullptr, r.key ? r.key->size() : 0,
           r.timestamp, headers, reinterpret_cast<void*>(static_cast<intptr_t>(i)));
       if (e == RdKafka::ERR_NO_ERROR) break;
       delete headers;  // produce() took it only on success

@@ -805,8 +805,8 @@ TEST_F(CleanerTest, CorruptBatchMakesTheLogUncleanable) {
 TEST_F(CleanerTest, PropertyCompactedLogMatchesModel) {
   constexpr int kSeeds = 50;
   constexpr int kSteps = 40;
-  const Compression kCodecs[] = {Compression::kNone,   Compression::kNone, Compression::kGzip,
-                                 Compression::kSnappy, Compression::kLz4,  Compression::kZstd};
+  constexpr Compression kCodecs[] = {Compression::kNone,   Compression::kNone, Compression::kGzip,
+                                     Compression::kSnappy, Compression::kLz4,  Compression::kZstd};
   for (int seed = 1; seed <= kSeeds && !HasFailure(); ++seed) {
     SCOPED_TRACE(fmt::format("seed {}", seed));
     std::mt19937_64 rng{uint64_t(seed)};
@@ -822,7 +822,7 @@ TEST_F(CleanerTest, PropertyCompactedLogMatchesModel) {
     config.index_interval_bytes = int32_t(uniform(1, 300));
     config.delete_retention_ms = uniform(0, 3000);
     config.min_compaction_lag_ms = uniform(0, 2) == 0 ? uniform(1, 1500) : 0;
-    const size_t kMapSizes[] = {2, 3, 5, 8, 1000, 1000};
+    constexpr size_t kMapSizes[] = {2, 3, 5, 8, 1000, 1000};
     Cleaner cleaner = MakeCleaner(kMapSizes[uniform(0, 5)]);
     const int keys = int(uniform(2, 8));
     OpenLog(config);
