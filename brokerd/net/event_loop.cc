@@ -13,7 +13,7 @@ EventLoop::EventLoop() {
 
 EventLoop::~EventLoop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
     async_.Close();
   }
@@ -72,7 +72,7 @@ void EventLoop::Drain() {
   }
   if (stopping) {
     if (on_stop) on_stop();
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     async_.Close();
   }
 }
