@@ -129,9 +129,7 @@ double SelfCpuSeconds() {
          static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
-std::string ErrorText(ErrorCode code) {
-  return std::string(runnel::protocol::ErrorName(code));
-}
+std::string ErrorText(ErrorCode code) { return std::string(runnel::protocol::ErrorName(code)); }
 
 std::string JsonEscape(const std::string& s) {
   std::string out;

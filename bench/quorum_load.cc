@@ -69,14 +69,22 @@ Args Parse(int argc, char** argv) {
   a.mode = argv[1];
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--targets") a.targets = Split(v);
-    else if (k == "--topics") a.topics = std::stoi(v);
-    else if (k == "--partitions") a.partitions = std::stoi(v);
-    else if (k == "--concurrency") a.concurrency = std::stoi(v);
-    else if (k == "--above-epoch") a.above_epoch = std::stoll(v);
-    else if (k == "--timeout-ms") a.timeout_ms = std::stoll(v);
-    else if (k == "--from") a.from = std::stoll(v);
-    else Fail("unknown flag " + k);
+    if (k == "--targets")
+      a.targets = Split(v);
+    else if (k == "--topics")
+      a.topics = std::stoi(v);
+    else if (k == "--partitions")
+      a.partitions = std::stoi(v);
+    else if (k == "--concurrency")
+      a.concurrency = std::stoi(v);
+    else if (k == "--above-epoch")
+      a.above_epoch = std::stoll(v);
+    else if (k == "--timeout-ms")
+      a.timeout_ms = std::stoll(v);
+    else if (k == "--from")
+      a.from = std::stoll(v);
+    else
+      Fail("unknown flag " + k);
   }
   if (a.targets.empty()) Fail("--targets is required");
   return a;

@@ -7,11 +7,11 @@
 // one thread follows controllerd's metadata stream and posts each update to the loop.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <memory>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "brokerd/admin_service.h"
 #include "brokerd/append_batcher.h"

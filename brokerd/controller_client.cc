@@ -45,11 +45,10 @@ runnel::controller::ControllerService::Stub& ControllerClient::PickStub() {
 
 ControllerClient::~ControllerClient() { Stop(); }
 
-#define RUNNEL_ASYNC_CALL(Method, ReqT, RespT, request, timeout, done)                    \
-  StartUnaryCall<ReqT, RespT>(loop_, inflight_, request, timeout, std::move(done),        \
-                              [this](auto&&... args) {                                    \
-                                PickStub().async()->Method(                               \
-                                    std::forward<decltype(args)>(args)...);               \
+#define RUNNEL_ASYNC_CALL(Method, ReqT, RespT, request, timeout, done)                             \
+  StartUnaryCall<ReqT, RespT>(loop_, inflight_, request, timeout, std::move(done),                 \
+                              [this](auto&&... args) {                                             \
+                                PickStub().async()->Method(std::forward<decltype(args)>(args)...); \
                               })
 
 void ControllerClient::CreateTopics(const runnel::controller::CreateTopicsRequest& req,

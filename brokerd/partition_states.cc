@@ -29,12 +29,12 @@ void PartitionStates::Apply(const storage::PartitionChange& change, bool snapsho
       // cut while storaged runs (a restart comes as a snapshot), so within one log they only
       // grow.
       const bool grow_only = same_log && !snapshot;
-      p.log_start_offset = grow_only ? std::max(p.log_start_offset, s.log_start_offset())
-                                     : s.log_start_offset();
-      p.log_end_offset = grow_only ? std::max(p.log_end_offset, s.log_end_offset())
-                                   : s.log_end_offset();
-      p.high_watermark = grow_only ? std::max(p.high_watermark, s.high_watermark())
-                                   : s.high_watermark();
+      p.log_start_offset =
+          grow_only ? std::max(p.log_start_offset, s.log_start_offset()) : s.log_start_offset();
+      p.log_end_offset =
+          grow_only ? std::max(p.log_end_offset, s.log_end_offset()) : s.log_end_offset();
+      p.high_watermark =
+          grow_only ? std::max(p.high_watermark, s.high_watermark()) : s.high_watermark();
       p.size_bytes = s.size_bytes();
       TrimTail(p);
     }
@@ -78,8 +78,8 @@ void PartitionStates::Appended(const std::string& topic, int32_t partition,
   } else {
     segment = std::make_shared<const TailSegment>(TailSegment{range.path(), range.inode()});
   }
-  p.tail.push_back(TailAppend{base_offset, last_offset, std::move(segment), range.position(),
-                              range.length()});
+  p.tail.push_back(
+      TailAppend{base_offset, last_offset, std::move(segment), range.position(), range.length()});
   p.tail_bytes += range.length();
   while (p.tail.size() > kTailAppends || (p.tail.size() > 1 && p.tail_bytes > kTailBytes)) {
     DropOldest(p);
@@ -87,8 +87,7 @@ void PartitionStates::Appended(const std::string& topic, int32_t partition,
 }
 
 std::optional<std::vector<TailSlice>> PartitionStates::ReadTail(const std::string& topic,
-                                                                int32_t partition,
-                                                                int64_t offset,
+                                                                int32_t partition, int64_t offset,
                                                                 int64_t max_bytes,
                                                                 bool min_one) const {
   const StoredPartition* p = Find(topic, partition);

@@ -20,12 +20,12 @@ StorageClient::StorageClient(EventLoop& loop, const std::string& socket_path)
 
 StorageClient::~StorageClient() { Stop(); }
 
-#define RUNNEL_STORAGE_CALL(Method, ReqT, RespT)                                             \
-  void StorageClient::Method(ReqT req, std::chrono::milliseconds timeout, Done<RespT> done) { \
-    StartUnaryCall<ReqT, RespT>(loop_, inflight_, std::move(req), timeout, std::move(done),   \
-                                [this](auto&&... args) {                                      \
+#define RUNNEL_STORAGE_CALL(Method, ReqT, RespT)                                                 \
+  void StorageClient::Method(ReqT req, std::chrono::milliseconds timeout, Done<RespT> done) {    \
+    StartUnaryCall<ReqT, RespT>(loop_, inflight_, std::move(req), timeout, std::move(done),      \
+                                [this](auto&&... args) {                                         \
                                   stub_->async()->Method(std::forward<decltype(args)>(args)...); \
-                                });                                                           \
+                                });                                                              \
   }
 
 RUNNEL_STORAGE_CALL(Append, storage::AppendRequest, storage::AppendResponse)
@@ -36,8 +36,7 @@ RUNNEL_STORAGE_CALL(OffsetsForLeaderEpoch, storage::OffsetsForLeaderEpochRequest
                     storage::OffsetsForLeaderEpochResponse)
 RUNNEL_STORAGE_CALL(CreatePartitions, storage::PartitionsRequest, storage::PartitionsResponse)
 RUNNEL_STORAGE_CALL(DeletePartitions, storage::PartitionsRequest, storage::PartitionsResponse)
-RUNNEL_STORAGE_CALL(UpdatePartitionConfigs, storage::PartitionsRequest,
-                    storage::PartitionsResponse)
+RUNNEL_STORAGE_CALL(UpdatePartitionConfigs, storage::PartitionsRequest, storage::PartitionsResponse)
 RUNNEL_STORAGE_CALL(GetPartitionStates, storage::GetPartitionStatesRequest,
                     storage::GetPartitionStatesResponse)
 

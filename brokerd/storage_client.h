@@ -51,8 +51,7 @@ class StorageClient {
                         Done<storage::PartitionsResponse> done);
   void UpdatePartitionConfigs(storage::PartitionsRequest req, std::chrono::milliseconds timeout,
                               Done<storage::PartitionsResponse> done);
-  void GetPartitionStates(storage::GetPartitionStatesRequest req,
-                          std::chrono::milliseconds timeout,
+  void GetPartitionStates(storage::GetPartitionStatesRequest req, std::chrono::milliseconds timeout,
                           Done<storage::GetPartitionStatesResponse> done);
 
   // Starts the watch thread. `apply` runs on the loop for each message; `snapshot` is true

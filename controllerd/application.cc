@@ -137,9 +137,9 @@ StatusOr<std::unique_ptr<Application>> Application::Start(const config::Config& 
   }
   // Up at once, NOT_SERVING until the quorum has committed the cluster id: the supervisor
   // waits for a controller that answers, however long its quorum takes to form.
-  RUNNEL_ASSIGN_OR_RETURN(app->server_, grpcutil::StartUnixServer(app->socket_path_,
-                                                                  {app->service_.get()},
-                                                                  /*serving=*/false));
+  RUNNEL_ASSIGN_OR_RETURN(app->server_,
+                          grpcutil::StartUnixServer(app->socket_path_, {app->service_.get()},
+                                                    /*serving=*/false));
   app->ready_thread_ = std::thread([a = app.get()] { a->ServeWhenReady(); });
   return app;
 }

@@ -183,9 +183,9 @@ Status Controller::BeginWrite(Deadline deadline) {
     RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
     if (!image_.cluster_id().empty()) return absl::OkStatus();
     if (leader_term_ < 0) {
-      return absl::FailedPreconditionError(fmt::format(
-          "controller {} lost the leadership before the cluster id was committed",
-          options_.node_id));
+      return absl::FailedPreconditionError(
+          fmt::format("controller {} lost the leadership before the cluster id was committed",
+                      options_.node_id));
     }
     if (image_cv_.WaitUntil(&mu_, deadline) == std::cv_status::timeout &&
         image_.cluster_id().empty()) {
@@ -194,13 +194,13 @@ Status Controller::BeginWrite(Deadline deadline) {
   }
 }
 
-StatusOr<int64_t> Controller::Commit(const metadata::MetadataRecordBatch& batch,
-                                     Deadline deadline, std::optional<int64_t> expected_offset) {
+StatusOr<int64_t> Controller::Commit(const metadata::MetadataRecordBatch& batch, Deadline deadline,
+                                     std::optional<int64_t> expected_offset) {
   std::string data = batch.SerializeAsString();
   if (data.size() > kMaxEntryBytes) {
-    return absl::InvalidArgumentError(fmt::format(
-        "the change is {} bytes, more than the {} a metadata log entry may hold", data.size(),
-        kMaxEntryBytes));
+    return absl::InvalidArgumentError(
+        fmt::format("the change is {} bytes, more than the {} a metadata log entry may hold",
+                    data.size(), kMaxEntryBytes));
   }
   std::future<StatusOr<int64_t>> done = quorum_->Propose(std::move(data), expected_offset);
   if (done.wait_until(deadline) != std::future_status::ready) {
@@ -220,8 +220,8 @@ void Controller::Apply(const raft::Entry& entry) {
   if (!fatal_.ok()) return;
   metadata::MetadataRecordBatch batch;
   if (!batch.ParseFromString(entry.data)) {
-    Fail(absl::DataLossError(fmt::format(
-        "the metadata log entry at offset {} is not a record batch", entry.offset)));
+    Fail(absl::DataLossError(
+        fmt::format("the metadata log entry at offset {} is not a record batch", entry.offset)));
     return;
   }
   const bool had_cluster_id = !image_.cluster_id().empty();
@@ -302,8 +302,8 @@ void Controller::RoleChanged(raft::Role role, int64_t term, raft::NodeId leader)
   // Heartbeats went to the previous leader: every broker's session starts over here.
   last_heartbeat_.clear();
   if (leader != raft::kNoNode) {
-    Logger()->info("controller {} is {} in term {}; the leader is controller {}",
-                   options_.node_id, raft::RoleName(role), term, leader);
+    Logger()->info("controller {} is {} in term {}; the leader is controller {}", options_.node_id,
+                   raft::RoleName(role), term, leader);
   } else {
     Logger()->info("controller {} is {} in term {}; no leader known", options_.node_id,
                    raft::RoleName(role), term);
@@ -775,13 +775,13 @@ StatusOr<controller::RegisterBrokerResponse> Controller::RegisterBroker(
 
     if (!request.cluster_id().empty() && request.cluster_id() != image_.cluster_id()) {
       return fail(ErrorCode::kInconsistentClusterId,
-                  fmt::format("Expected cluster ID {}, but got cluster ID {}.",
-                              image_.cluster_id(), request.cluster_id()));
+                  fmt::format("Expected cluster ID {}, but got cluster ID {}.", image_.cluster_id(),
+                              request.cluster_id()));
     }
     if (request.broker_id() < 0) {
-      return fail(ErrorCode::kInvalidRegistration,
-                  fmt::format("Invalid broker id {}: it must not be negative.",
-                              request.broker_id()));
+      return fail(
+          ErrorCode::kInvalidRegistration,
+          fmt::format("Invalid broker id {}: it must not be negative.", request.broker_id()));
     }
     if (!request.incarnation_id().empty() && !IsValidUuid(request.incarnation_id())) {
       return fail(ErrorCode::kInvalidRegistration,
@@ -823,13 +823,13 @@ StatusOr<controller::RegisterBrokerResponse> Controller::RegisterBroker(
     StatusOr<int64_t> offset = Commit(batch, deadline, epoch);
     if (offset.status().code() == absl::StatusCode::kAborted && attempt < 3) {
       // An earlier entry (a write that timed out) is still on its way: let it apply first.
-      quorum_->WaitFor(
-          [](const QuorumState& q) { return q.applied_offset + 1 >= q.end_offset; }, deadline);
+      quorum_->WaitFor([](const QuorumState& q) { return q.applied_offset + 1 >= q.end_offset; },
+                       deadline);
       continue;
     }
     if (!offset.ok()) return offset.status();
-    Logger()->info("broker {} {}registered with epoch {}", request.broker_id(),
-                   again ? "re-" : "", epoch);
+    Logger()->info("broker {} {}registered with epoch {}", request.broker_id(), again ? "re-" : "",
+                   epoch);
     response.set_error_code(0);
     response.set_broker_epoch(epoch);
     response.set_metadata_offset(*offset);
@@ -1350,8 +1350,8 @@ std::optional<protocol::KafkaError> Controller::AlterResourceLocked(
         is_topic ? config::FindTopicKey(c.name()) : config::FindKey(c.name());
     if (def == nullptr || def->type != config::KeyType::kList) {
       return protocol::KafkaError{ErrorCode::kInvalidConfig,
-                         fmt::format("Can't {} to key {} because its type is not LIST.",
-                                     append ? "APPEND" : "SUBTRACT", c.name())};
+                                  fmt::format("Can't {} to key {} because its type is not LIST.",
+                                              append ? "APPEND" : "SUBTRACT", c.name())};
     }
     // Without an explicit value the list starts from the declared default, as in Kafka.
     auto it = next.find(c.name());
@@ -1372,7 +1372,7 @@ std::optional<protocol::KafkaError> Controller::AlterResourceLocked(
     }
     if (topic == nullptr) {
       return protocol::KafkaError{ErrorCode::kUnknownTopicOrPartition,
-                         fmt::format("The topic '{}' does not exist.", name)};
+                                  fmt::format("The topic '{}' does not exist.", name)};
     }
   } else {
     // Kafka answers a key that cannot change at runtime, and a bad value, with INVALID_REQUEST
@@ -1393,7 +1393,7 @@ std::optional<protocol::KafkaError> Controller::AlterResourceLocked(
     }
     if (!name.empty() && !image_.brokers().count(broker_id) && broker_id != options_.node_id) {
       return protocol::KafkaError{ErrorCode::kBrokerIdNotRegistered,
-                         fmt::format("No node with id {} found.", broker_id)};
+                                  fmt::format("No node with id {} found.", broker_id)};
     }
   }
 

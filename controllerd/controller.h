@@ -123,8 +123,7 @@ class Controller final : private Quorum::StateMachine {
   // The same, linearizable: on the leader only (FailedPrecondition elsewhere), after a
   // read-index round confirmed the leadership and the image has everything committed before
   // the call. DeadlineExceeded when that takes past `deadline`.
-  StatusOr<controller::DescribeClusterResponse> DescribeClusterLinearizable(
-      Deadline deadline = {});
+  StatusOr<controller::DescribeClusterResponse> DescribeClusterLinearizable(Deadline deadline = {});
   // The quorum as its leader sees it; FailedPrecondition on a node that does not lead.
   StatusOr<controller::DescribeQuorumResponse> DescribeQuorum();
 

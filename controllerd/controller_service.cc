@@ -170,9 +170,9 @@ grpc::Status ControllerServiceImpl::RegisterBroker(grpc::ServerContext* context,
   });
 }
 
-grpc::Status ControllerServiceImpl::DescribeCluster(grpc::ServerContext* context,
-                                                    const controller::DescribeClusterRequest* request,
-                                                    controller::DescribeClusterResponse* response) {
+grpc::Status ControllerServiceImpl::DescribeCluster(
+    grpc::ServerContext* context, const controller::DescribeClusterRequest* request,
+    controller::DescribeClusterResponse* response) {
   // Linearizable: the leader answers after a read-index round; a follower forwards, then
   // waits until its own image has what the answer shows.
   return Guard("DescribeCluster", [&] {

@@ -373,7 +373,7 @@ class GrpcRaftTransport::Peer {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* call_ ABSL_GUARDED_BY(mu_) = nullptr;         // the Deliver call in flight
   grpc::ClientContext* attach_call_ ABSL_GUARDED_BY(mu_) = nullptr;  // the Attach stream open
-  bool failing_ = false;                        // the sender thread's own
+  bool failing_ = false;                                             // the sender thread's own
   std::thread attacher_;
   std::thread sender_;  // last: starts once everything above is built
 };

@@ -1,6 +1,7 @@
 #include "storaged/log_dirs.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/file.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -10,8 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "common/protocol/uuid.h"
 
@@ -36,8 +35,7 @@ Status FsyncPath(const std::string& path, int flags) {
 
 Status FsyncDir(const std::string& dir) { return FsyncPath(dir, O_RDONLY | O_DIRECTORY); }
 
-StatusOr<std::vector<std::pair<std::string, std::string>>> ReadProperties(
-    const std::string& path) {
+StatusOr<std::vector<std::pair<std::string, std::string>>> ReadProperties(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(fmt::format("cannot read {}", path));
   std::vector<std::pair<std::string, std::string>> out;
@@ -112,16 +110,17 @@ StatusOr<LogDirs> LogDirs::Open(const std::vector<std::string>& paths, int32_t n
         if (k == "directory.id") owned.directory_id = v;
       }
       if (found_node != std::to_string(node_id)) {
-        return absl::FailedPreconditionError(fmt::format(
-            "log.dirs: {} belongs to node.id={} but this node is node.id={}", meta,
-            found_node.empty() ? "(none)" : found_node, node_id));
+        return absl::FailedPreconditionError(
+            fmt::format("log.dirs: {} belongs to node.id={} but this node is node.id={}", meta,
+                        found_node.empty() ? "(none)" : found_node, node_id));
       }
     }
     if (owned.directory_id.empty()) {
       owned.directory_id = protocol::Uuid::Random().ToString();
       RUNNEL_RETURN_IF_ERROR(WriteFileDurably(
-          meta, fmt::format("# written by runnel-storaged\nversion=1\nnode.id={}\ndirectory.id={}\n",
-                            node_id, owned.directory_id)));
+          meta,
+          fmt::format("# written by runnel-storaged\nversion=1\nnode.id={}\ndirectory.id={}\n",
+                      node_id, owned.directory_id)));
     }
   }
   return result;

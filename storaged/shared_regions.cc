@@ -37,7 +37,8 @@ StatusOr<std::shared_ptr<SharedRegions::Mapping>> SharedRegions::Open(
   struct stat st;
   Status refused = absl::OkStatus();
   if (::fstat(fd, &st) != 0) {
-    refused = absl::FailedPreconditionError(fmt::format("fstat {}: {}", path, std::strerror(errno)));
+    refused =
+        absl::FailedPreconditionError(fmt::format("fstat {}: {}", path, std::strerror(errno)));
   } else if (static_cast<uint64_t>(st.st_ino) != ref.inode()) {
     refused = absl::FailedPreconditionError(
         fmt::format("{} is inode {}, not the region's {}", path, st.st_ino, ref.inode()));
@@ -88,9 +89,9 @@ StatusOr<std::span<uint8_t>> SharedRegions::Resolve(const storage::SharedBytes& 
     if (recent_.size() > kKept) recent_.pop_back();
   }
   if (ref.length() == 0 || ref.offset() > m->size || ref.length() > m->size - ref.offset()) {
-    return absl::InvalidArgumentError(fmt::format(
-        "shared bytes [{}, +{}) are not inside the region of {} bytes", ref.offset(),
-        ref.length(), m->size));
+    return absl::InvalidArgumentError(
+        fmt::format("shared bytes [{}, +{}) are not inside the region of {} bytes", ref.offset(),
+                    ref.length(), m->size));
   }
   *hold = m;
   return std::span<uint8_t>(m->base + ref.offset(), ref.length());

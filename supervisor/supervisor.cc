@@ -143,9 +143,10 @@ void Supervisor::ProbeStarting(Role& role, TimePoint now) {
   if (readiness == Readiness::kWaiting) {
     if (!role.waiting) {
       role.waiting = true;
-      Log()->warn("{} (pid {}) is up but not serving after {} ms; it waits for something off "
-                  "this node (see its log), and the supervisor waits for it",
-                  role.spec.DisplayName(), role.pid, MillisBetween(role.started_at, now));
+      Log()->warn(
+          "{} (pid {}) is up but not serving after {} ms; it waits for something off "
+          "this node (see its log), and the supervisor waits for it",
+          role.spec.DisplayName(), role.pid, MillisBetween(role.started_at, now));
     }
     role.next_probe = now + options_.probe_interval;
     return;

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "common/log/log.h"
 #include "brokerd/error_mapping.h"
+#include "common/log/log.h"
 #include "common/protocol/error_code.h"
 #include "common/protocol/uuid.h"
 
@@ -184,7 +184,7 @@ bool ClassicGroup::AcceptJoiningMember(const std::string& member_id) const {
 }
 
 ErrorCode ClassicGroup::ValidateMember(const std::string& member_id,
-                                     const std::optional<std::string>& group_instance_id) const {
+                                       const std::optional<std::string>& group_instance_id) const {
   if (group_instance_id.has_value()) {
     auto it = static_members_.find(*group_instance_id);
     if (it == static_members_.end()) return ErrorCode::kUnknownMemberId;
@@ -683,7 +683,8 @@ void ClassicGroup::JoinExistingMember(JoinParams params, JoinDone done) {
   if (pending_members_.count(member_id) > 0) {
     return AddMemberThenRebalance(member_id, std::move(params), std::move(done));
   }
-  if (ErrorCode error = ValidateMember(member_id, params.group_instance_id); error != ErrorCode::kNone) {
+  if (ErrorCode error = ValidateMember(member_id, params.group_instance_id);
+      error != ErrorCode::kNone) {
     JoinGroupResponse r = JoinError(member_id, error);
     r.protocol_name.reset();
     return done(std::move(r));
@@ -821,8 +822,7 @@ void ClassicGroup::ReplaceStaticMemberThenRebalance(const std::string& old_id,
         Member& m = it->second;
         if (error != ErrorCode::kNone) {
           Log()->warn("group {}: writing static member {} as {} failed ({}); reverting to {}",
-                      group_id_, instance_id, new_id, protocol::ErrorName(error),
-                      old_id);
+                      group_id_, instance_id, new_id, protocol::ErrorName(error), old_id);
           JoinDone cb = std::move(m.awaiting_join);
           m.awaiting_join = nullptr;
           UpdateMember(m, std::move(old_protocols), old_rebalance_timeout, old_session_timeout,
@@ -877,7 +877,8 @@ void ClassicGroup::ReplaceStaticMemberThenRebalance(const std::string& old_id,
 void ClassicGroup::Sync(SyncParams params, SyncDone done) {
   if (state_ == State::kEmpty) return done(SyncError(ErrorCode::kUnknownMemberId));
   if (state_ == State::kDead) return done(SyncError(ErrorCode::kCoordinatorNotAvailable));
-  if (ErrorCode error = ValidateMember(params.member_id, params.group_instance_id); error != ErrorCode::kNone) {
+  if (ErrorCode error = ValidateMember(params.member_id, params.group_instance_id);
+      error != ErrorCode::kNone) {
     return done(SyncError(error));
   }
   if (params.generation_id != generation_) {
@@ -937,10 +938,11 @@ void ClassicGroup::Sync(SyncParams params, SyncDone done) {
 // ---- Heartbeat / LeaveGroup ------------------------------------------------------------
 
 ErrorCode ClassicGroup::Heartbeat(const std::string& member_id,
-                                const std::optional<std::string>& group_instance_id,
-                                int32_t generation_id) {
+                                  const std::optional<std::string>& group_instance_id,
+                                  int32_t generation_id) {
   if (state_ == State::kDead) return ErrorCode::kCoordinatorNotAvailable;
-  if (ErrorCode error = ValidateMember(member_id, group_instance_id); error != ErrorCode::kNone) return error;
+  if (ErrorCode error = ValidateMember(member_id, group_instance_id); error != ErrorCode::kNone)
+    return error;
   if (generation_id != generation_) return ErrorCode::kIllegalGeneration;
   Member& member = members_.at(member_id);
   switch (state_) {
@@ -978,7 +980,8 @@ void ClassicGroup::Leave(std::vector<LeaveMember> members, LeaveDone done) {
       }
     } else if (pending_members_.count(lm.member_id) > 0) {
       RemoveMember(lm.member_id);
-    } else if (ErrorCode error = ValidateMember(lm.member_id, lm.group_instance_id); error != ErrorCode::kNone) {
+    } else if (ErrorCode error = ValidateMember(lm.member_id, lm.group_instance_id);
+               error != ErrorCode::kNone) {
       r.error = error;
     } else {
       Log()->info("group {}: member {} left", group_id_, lm.member_id);
@@ -1006,13 +1009,14 @@ void ClassicGroup::Leave(std::vector<LeaveMember> members, LeaveDone done) {
 // ---- Offsets, describe, shutdown -------------------------------------------------------
 
 ErrorCode ClassicGroup::ValidateOffsetCommit(const std::string& member_id,
-                                           const std::optional<std::string>& group_instance_id,
-                                           int32_t generation_id) {
+                                             const std::optional<std::string>& group_instance_id,
+                                             int32_t generation_id) {
   if (state_ == State::kDead) return ErrorCode::kCoordinatorNotAvailable;
   // Generation -1: the admin client or a consumer not using group management.
   if (generation_id < 0 && state_ == State::kEmpty) return ErrorCode::kNone;
   if (generation_id >= 0 || !member_id.empty() || group_instance_id) {
-    if (ErrorCode error = ValidateMember(member_id, group_instance_id); error != ErrorCode::kNone) return error;
+    if (ErrorCode error = ValidateMember(member_id, group_instance_id); error != ErrorCode::kNone)
+      return error;
     if (generation_id != generation_) return ErrorCode::kIllegalGeneration;
   } else if (state_ != State::kEmpty) {
     return ErrorCode::kUnknownMemberId;
@@ -1026,7 +1030,7 @@ ErrorCode ClassicGroup::ValidateOffsetCommit(const std::string& member_id,
 }
 
 ErrorCode ClassicGroup::ValidateOffsetFetch(const std::string& /*member_id*/,
-                                          int32_t /*member_epoch*/) {
+                                            int32_t /*member_epoch*/) {
   if (state_ == State::kDead) return ErrorCode::kGroupIdNotFound;
   return ErrorCode::kNone;
 }

@@ -127,7 +127,7 @@ class ClassicGroup {
   void Sync(SyncParams params, SyncDone done);
   // Heartbeat: 0 or the Kafka error. Restarts the member's session timer when valid.
   ErrorCode Heartbeat(const std::string& member_id,
-                    const std::optional<std::string>& group_instance_id, int32_t generation_id);
+                      const std::optional<std::string>& group_instance_id, int32_t generation_id);
   // LeaveGroup (v0-v2 callers pass their one member). `done` runs once; when the leave made
   // the group Empty it runs after that state is written.
   void Leave(std::vector<LeaveMember> members, LeaveDone done);
@@ -138,8 +138,8 @@ class ClassicGroup {
   // simple-consumer commit: allowed only when the group is Empty. A valid commit counts as a
   // heartbeat of the member.
   ErrorCode ValidateOffsetCommit(const std::string& member_id,
-                               const std::optional<std::string>& group_instance_id,
-                               int32_t generation_id);
+                                 const std::optional<std::string>& group_instance_id,
+                                 int32_t generation_id);
   // OffsetFetch v9 (member_id, member_epoch) check. Kafka's classic group accepts any member
   // id and epoch (only a Dead group fails, with GROUP_ID_NOT_FOUND).
   ErrorCode ValidateOffsetFetch(const std::string& member_id, int32_t member_epoch);
@@ -183,7 +183,7 @@ class ClassicGroup {
   int NumAwaitingJoin() const;
   bool AcceptJoiningMember(const std::string& member_id) const;
   ErrorCode ValidateMember(const std::string& member_id,
-                         const std::optional<std::string>& group_instance_id) const;
+                           const std::optional<std::string>& group_instance_id) const;
   std::string GenerateMemberId(const JoinParams& params) const;
   std::vector<protocol::JoinGroupResponse::JoinGroupResponseMember> CurrentMembers() const;
   protocol::JoinGroupResponse JoinResponseFor(const Member& member, bool with_members) const;

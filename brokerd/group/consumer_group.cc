@@ -163,11 +163,10 @@ std::unique_ptr<re2::RE2> CompileRegex(const std::string& pattern) {
 // A static member's heartbeat or leave other than its join: its instance id must be held
 // (by `holder`), and by this member. Returns 0, or the error and its message.
 std::pair<ErrorCode, std::string> CheckStaticMember(const ConsumerGroup::Member* holder,
-                                                  const std::string& member_id,
-                                                  const std::string& instance_id) {
+                                                    const std::string& member_id,
+                                                    const std::string& instance_id) {
   if (holder == nullptr) {
-    return {ErrorCode::kUnknownMemberId,
-            fmt::format("Instance id {} is unknown.", instance_id)};
+    return {ErrorCode::kUnknownMemberId, fmt::format("Instance id {} is unknown.", instance_id)};
   }
   if (holder->member_id != member_id) {
     return {ErrorCode::kFencedInstanceId,
@@ -180,7 +179,7 @@ std::pair<ErrorCode, std::string> CheckStaticMember(const ConsumerGroup::Member*
 // The Commit callback of a heartbeat: answers `resp` once the change is written, or only the
 // write's error.
 std::function<void(ErrorCode)> AnswerOnceWritten(ConsumerGroup::HeartbeatDone done,
-                                               protocol::ConsumerGroupHeartbeatResponse resp) {
+                                                 protocol::ConsumerGroupHeartbeatResponse resp) {
   return [done = std::move(done), resp = std::move(resp)](ErrorCode error) mutable {
     if (error != ErrorCode::kNone) {
       protocol::ConsumerGroupHeartbeatResponse failed;
@@ -348,8 +347,8 @@ void ConsumerGroup::OnLoaded() {
 // ---- Heartbeat ---------------------------------------------------------------------------
 
 ErrorCode ConsumerGroup::ValidateHeartbeat(const protocol::ConsumerGroupHeartbeatRequest& req,
-                                         int16_t api_version, const GroupConfig& config,
-                                         std::string* message) {
+                                           int16_t api_version, const GroupConfig& config,
+                                           std::string* message) {
   auto invalid = [&](std::string m) {
     *message = std::move(m);
     return ErrorCode::kInvalidRequest;
@@ -402,7 +401,7 @@ ErrorCode ConsumerGroup::ValidateHeartbeat(const protocol::ConsumerGroupHeartbea
 }
 
 ErrorCode ConsumerGroup::FailHeartbeat(const HeartbeatDone& done, ErrorCode error,
-                                     std::string message) {
+                                       std::string message) {
   protocol::ConsumerGroupHeartbeatResponse resp;
   resp.error_code = error;
   resp.error_message = std::move(message);
@@ -937,7 +936,7 @@ ErrorCode ConsumerGroup::ValidateOffsetCommit(const std::string& member_id, int3
 }
 
 ErrorCode ConsumerGroup::ValidateOffsetCommit(const std::string& member_id, int32_t member_epoch,
-                                            int16_t api_version, bool transactional) {
+                                              int16_t api_version, bool transactional) {
   if (member_epoch < 0 && members_.empty()) return ErrorCode::kNone;
   const Member* m = FindMember(member_id);
   if (m == nullptr) return ErrorCode::kUnknownMemberId;

@@ -123,8 +123,8 @@ class ConsumerGroup {
   // Checks done before the request reaches a group (Kafka's request validation): 0, or
   // INVALID_REQUEST / UNSUPPORTED_ASSIGNOR with `message` set.
   static ErrorCode ValidateHeartbeat(const protocol::ConsumerGroupHeartbeatRequest& req,
-                                   int16_t api_version, const GroupConfig& config,
-                                   std::string* message);
+                                     int16_t api_version, const GroupConfig& config,
+                                     std::string* message);
   using HeartbeatDone = std::function<void(protocol::ConsumerGroupHeartbeatResponse)>;
   // Join (epoch 0), heartbeat (current epoch) or leave (-1; -2 for a static member that will
   // come back). `done` runs once: at once for an error found before any change, else after
@@ -145,7 +145,7 @@ class ConsumerGroup {
   // The same, knowing the OffsetCommit version: members of this group must use v9+
   // (UNSUPPORTED_VERSION otherwise, as Kafka), except for transactional commits.
   ErrorCode ValidateOffsetCommit(const std::string& member_id, int32_t member_epoch,
-                               int16_t api_version, bool transactional);
+                                 int16_t api_version, bool transactional);
   // Empty member id with a negative epoch: the admin client, always allowed.
   ErrorCode ValidateOffsetFetch(const std::string& member_id, int32_t member_epoch);
 

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "brokerd/error_mapping.h"
 #include "brokerd/handlers/handler.h"
 #include "brokerd/handlers/wait.h"
 #include "common/log/log.h"
-#include "brokerd/error_mapping.h"
 #include "common/protocol/error_code.h"
 #include "common/record/batch.h"
 #include "common/util/big_endian.h"
@@ -719,27 +719,27 @@ void Shard::ExpireOffsets(std::function<void()> done) {
   }
   size_t count = 0;
   for (const Expired& e : expired) count += e.partitions.size();
-  Write(std::move(records), [this, expired = std::move(expired), count,
-                             done = std::move(done)](ErrorCode error) {
-    if (error != ErrorCode::kNone) {
-      Log()->warn("__consumer_offsets-{}: expiry write failed with error {}", partition_,
-                  protocol::ErrorName(error));
-    } else if (state_ == State::kActive) {
-      for (const Expired& e : expired) {
-        GroupSlot* slot = Find(e.group);
-        if (slot == nullptr) continue;
-        for (const TopicPartition& tp : e.partitions) slot->offsets.erase(tp);
-        // Remove only what is still empty: a member may have joined meanwhile (its
-        // records follow the tombstone in the log, so a reload agrees).
-        bool still_empty = slot->offsets.empty() && slot->pending_commits == 0 &&
-                           (!slot->classic || slot->classic->empty()) &&
-                           (!slot->consumer || slot->consumer->empty());
-        if (e.remove_group && still_empty) Remove(e.group);
-      }
-      Log()->info("__consumer_offsets-{}: expired {} offset(s)", partition_, count);
-    }
-    if (done) done();
-  });
+  Write(std::move(records),
+        [this, expired = std::move(expired), count, done = std::move(done)](ErrorCode error) {
+          if (error != ErrorCode::kNone) {
+            Log()->warn("__consumer_offsets-{}: expiry write failed with error {}", partition_,
+                        protocol::ErrorName(error));
+          } else if (state_ == State::kActive) {
+            for (const Expired& e : expired) {
+              GroupSlot* slot = Find(e.group);
+              if (slot == nullptr) continue;
+              for (const TopicPartition& tp : e.partitions) slot->offsets.erase(tp);
+              // Remove only what is still empty: a member may have joined meanwhile (its
+              // records follow the tombstone in the log, so a reload agrees).
+              bool still_empty = slot->offsets.empty() && slot->pending_commits == 0 &&
+                                 (!slot->classic || slot->classic->empty()) &&
+                                 (!slot->consumer || slot->consumer->empty());
+              if (e.remove_group && still_empty) Remove(e.group);
+            }
+            Log()->info("__consumer_offsets-{}: expired {} offset(s)", partition_, count);
+          }
+          if (done) done();
+        });
 }
 
 // ---- Coordinator ---------------------------------------------------------------------------
@@ -784,7 +784,8 @@ Coordinator::Route Coordinator::RouteGroup(std::string_view group_id) {
 }
 
 void Coordinator::EnsureOffsetsTopic(std::function<void(ErrorCode error)> done) {
-  if (broker_.metadata.FindTopic(std::string(kOffsetsTopic)) != nullptr) return done(ErrorCode::kNone);
+  if (broker_.metadata.FindTopic(std::string(kOffsetsTopic)) != nullptr)
+    return done(ErrorCode::kNone);
   const int32_t replication = broker_.config.GetInt("offsets.topic.replication.factor");
   int32_t alive = 0;
   for (const auto& [id, b] : broker_.metadata.brokers()) {
@@ -815,10 +816,9 @@ void Coordinator::EnsureOffsetsTopic(std::function<void(ErrorCode error)> done) 
   broker_.controller.CreateTopics(
       req, kCreateTopicTimeout,
       [this](const grpc::Status& status, const runnel::controller::CreateTopicsResponse& resp) {
-        const ErrorCode error =
-            status.ok() && resp.topics_size() == 1
-                ? protocol::ErrorFromWire(resp.topics(0).error_code())
-                : ErrorCode::kUnknownServerError;
+        const ErrorCode error = status.ok() && resp.topics_size() == 1
+                                    ? protocol::ErrorFromWire(resp.topics(0).error_code())
+                                    : ErrorCode::kUnknownServerError;
         if (error != ErrorCode::kNone && error != ErrorCode::kTopicAlreadyExists) {
           Log()->warn("creating {} failed: {}", kOffsetsTopic,
                       status.ok() ? (resp.topics_size() == 1 ? resp.topics(0).error_message()

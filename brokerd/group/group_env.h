@@ -23,15 +23,15 @@ using ::runnel::protocol::ErrorCode;
 // The group settings of the node config (common/config/keys.cc has each key's meaning).
 struct GroupConfig {
   // Classic protocol.
-  int32_t min_session_timeout_ms = 6000;         // group.min.session.timeout.ms
-  int32_t max_session_timeout_ms = 1800000;      // group.max.session.timeout.ms
-  int32_t initial_rebalance_delay_ms = 3000;     // group.initial.rebalance.delay.ms
-  int32_t max_size = INT32_MAX;                  // group.max.size
+  int32_t min_session_timeout_ms = 6000;      // group.min.session.timeout.ms
+  int32_t max_session_timeout_ms = 1800000;   // group.max.session.timeout.ms
+  int32_t initial_rebalance_delay_ms = 3000;  // group.initial.rebalance.delay.ms
+  int32_t max_size = INT32_MAX;               // group.max.size
   // KIP-848 consumer protocol.
-  bool consumer_enabled = true;                  // group.coordinator.rebalance.protocols
-  int32_t consumer_session_timeout_ms = 45000;   // group.consumer.session.timeout.ms
+  bool consumer_enabled = true;                   // group.coordinator.rebalance.protocols
+  int32_t consumer_session_timeout_ms = 45000;    // group.consumer.session.timeout.ms
   int32_t consumer_heartbeat_interval_ms = 5000;  // group.consumer.heartbeat.interval.ms
-  int32_t consumer_max_size = INT32_MAX;         // group.consumer.max.size
+  int32_t consumer_max_size = INT32_MAX;          // group.consumer.max.size
   std::vector<std::string> consumer_assignors = {"uniform", "range"};  // short names
   // Offsets.
   int64_t offsets_retention_ms = 7LL * 24 * 3600 * 1000;  // offsets.retention.minutes

@@ -68,7 +68,7 @@ struct ClassicMemberValue {
   std::vector<uint8_t> assignment;    // from the leader's SyncGroup
 };
 struct ClassicGroupValue {
-  std::string protocol_type;         // "consumer", "connect", or "" for none
+  std::string protocol_type;  // "consumer", "connect", or "" for none
   int32_t generation = 0;
   std::optional<std::string> protocol;  // the chosen protocol (assignor) name
   std::optional<std::string> leader;
@@ -132,8 +132,7 @@ LogRecord ConsumerGroupMetadataTombstone(const std::string& group);
 LogRecord ConsumerGroupPartitionMetadataRecord(const std::string& group,
                                                const ConsumerGroupPartitionMetadata& v);
 LogRecord ConsumerGroupPartitionMetadataTombstone(const std::string& group);
-LogRecord ConsumerGroupMemberMetadataRecord(const std::string& group,
-                                            const std::string& member_id,
+LogRecord ConsumerGroupMemberMetadataRecord(const std::string& group, const std::string& member_id,
                                             const ConsumerGroupMemberMetadata& v);
 LogRecord ConsumerGroupMemberMetadataTombstone(const std::string& group,
                                                const std::string& member_id);
@@ -145,9 +144,9 @@ LogRecord ConsumerGroupTargetAssignmentMemberRecord(const std::string& group,
                                                     const ConsumerGroupTargetAssignmentMember& v);
 LogRecord ConsumerGroupTargetAssignmentMemberTombstone(const std::string& group,
                                                        const std::string& member_id);
-LogRecord ConsumerGroupCurrentMemberAssignmentRecord(
-    const std::string& group, const std::string& member_id,
-    const ConsumerGroupCurrentMemberAssignment& v);
+LogRecord ConsumerGroupCurrentMemberAssignmentRecord(const std::string& group,
+                                                     const std::string& member_id,
+                                                     const ConsumerGroupCurrentMemberAssignment& v);
 LogRecord ConsumerGroupCurrentMemberAssignmentTombstone(const std::string& group,
                                                         const std::string& member_id);
 

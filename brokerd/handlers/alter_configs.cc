@@ -2,9 +2,10 @@
 // controller validates and writes them (Controller::AlterConfigs); the broker only answers
 // the broker resources naming another node itself, as Kafka's broker does. Shared with
 // IncrementalAlterConfigs (incremental_alter_configs.cc).
+#include "brokerd/handlers/alter_configs.h"
+
 #include <charconv>
 
-#include "brokerd/handlers/alter_configs.h"
 #include "brokerd/handlers/handler.h"
 #include "brokerd/handlers/wait.h"
 
@@ -24,14 +25,14 @@ constexpr std::chrono::milliseconds kTimeout{30000};
 // Kafka's broker-side check of a broker resource name ("" = the cluster default): a node
 // changes only its own per-broker configs.
 std::optional<protocol::KafkaError> CheckBrokerResource(const ctl::AlterConfigsResource& r,
-                                                       int32_t node_id) {
+                                                        int32_t node_id) {
   const std::string& name = r.resource_name();
   if (r.resource_type() != kBrokerResource || name.empty()) return std::nullopt;
   int32_t id = -1;
   auto [ptr, ec] = std::from_chars(name.data(), name.data() + name.size(), id);
   if (ec != std::errc() || ptr != name.data() + name.size()) {
     return protocol::KafkaError{ErrorCode::kInvalidRequest,
-                               fmt::format("Node id must be an integer, but it is: {}", name)};
+                                fmt::format("Node id must be an integer, but it is: {}", name)};
   }
   if (id != node_id) {
     return protocol::KafkaError{

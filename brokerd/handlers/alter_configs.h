@@ -44,8 +44,10 @@ void ForwardAlterConfigs(BrokerContext& broker, std::unique_ptr<RequestContext> 
           typename Resp::AlterConfigsResourceResponse r;
           r.error_code = outcomes[i].code;
           // Null when there is nothing to say, as Kafka's ApiError gives it.
-          if (!outcomes[i].message.empty()) r.error_message = std::move(outcomes[i].message);
-          else r.error_message.reset();
+          if (!outcomes[i].message.empty())
+            r.error_message = std::move(outcomes[i].message);
+          else
+            r.error_message.reset();
           r.resource_type = req.resources[i].resource_type;
           r.resource_name = req.resources[i].resource_name;
           resp.responses.push_back(std::move(r));

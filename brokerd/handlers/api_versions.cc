@@ -40,9 +40,8 @@ void HandleApiVersions(BrokerContext&, std::unique_ptr<RequestContext> ctx, Resp
   if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
 
   ApiVersionsResponse resp;
-  if (ctx->header.api_version >= 3 &&
-      (!ValidSoftwareField(req.client_software_name) ||
-       !ValidSoftwareField(req.client_software_version))) {
+  if (ctx->header.api_version >= 3 && (!ValidSoftwareField(req.client_software_name) ||
+                                       !ValidSoftwareField(req.client_software_version))) {
     resp.error_code = ErrorCode::kInvalidRequest;
     return respond(EncodeResponse(*ctx, resp));
   }

@@ -30,7 +30,8 @@ void HandleConsumerGroupDescribe(BrokerContext& broker, std::unique_ptr<RequestC
     ConsumerGroupDescribeResponse::DescribedGroup out;
     out.group_id = group_id;
     auto route = broker.groups.RouteGroup(group_id);
-    group::GroupSlot* slot = route.error == ErrorCode::kNone ? route.shard->Find(group_id) : nullptr;
+    group::GroupSlot* slot =
+        route.error == ErrorCode::kNone ? route.shard->Find(group_id) : nullptr;
     if (route.error != ErrorCode::kNone) {
       out.error_code = route.error;
     } else if (slot == nullptr || !slot->consumer || slot->consumer->deleted()) {

@@ -68,8 +68,7 @@ void HandleConsumerGroupHeartbeat(BrokerContext& broker, std::unique_ptr<Request
   }
   if (slot == nullptr || !slot->consumer) {
     if (!joining) {
-      return answer(ErrorCode::kGroupIdNotFound,
-                    fmt::format("Group {} not found.", req.group_id));
+      return answer(ErrorCode::kGroupIdNotFound, fmt::format("Group {} not found.", req.group_id));
     }
     if (slot == nullptr) slot = &shard.FindOrCreate(req.group_id);
     slot->consumer = std::make_unique<group::ConsumerGroup>(req.group_id, shard, shard.topics());

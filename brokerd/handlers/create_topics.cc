@@ -108,9 +108,8 @@ void HandleCreateTopics(BrokerContext& broker, std::unique_ptr<RequestContext> c
               }
               return true;
             },
-            timeout_ms, [shared_ctx, resp, respond] {
-              respond(EncodeResponse(*shared_ctx, *resp));
-            });
+            timeout_ms,
+            [shared_ctx, resp, respond] { respond(EncodeResponse(*shared_ctx, *resp)); });
       });
 }
 

@@ -13,7 +13,6 @@ using protocol::DeleteGroupsRequest;
 using protocol::DeleteGroupsResponse;
 using protocol::ErrorCode;
 
-
 // NONE when the group can be deleted, else its error.
 ErrorCode CheckDeletable(const group::GroupSlot* slot) {
   if (slot == nullptr) return ErrorCode::kGroupIdNotFound;

@@ -66,9 +66,8 @@ void HandleDeleteTopics(BrokerContext& broker, std::unique_ptr<RequestContext> c
               }
               return true;
             },
-            timeout_ms, [shared_ctx, resp, respond] {
-              respond(EncodeResponse(*shared_ctx, *resp));
-            });
+            timeout_ms,
+            [shared_ctx, resp, respond] { respond(EncodeResponse(*shared_ctx, *resp)); });
       });
 }
 

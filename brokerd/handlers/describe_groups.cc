@@ -11,8 +11,8 @@ namespace runnel::brokerd {
 namespace {
 
 using protocol::DescribeGroupsRequest;
-using protocol::ErrorCode;
 using protocol::DescribeGroupsResponse;
+using protocol::ErrorCode;
 
 // Every operation Kafka's group resource has: READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS,
 // ALTER_CONFIGS (1 << AclOperation code).

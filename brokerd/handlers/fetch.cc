@@ -221,8 +221,7 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
     for (size_t k = 0; k < reading_parts.size(); ++k) {
       Part& p = parts[reading_parts[k]];
       if (!status.ok() || k >= static_cast<size_t>(result.partitions_size())) {
-        p.out.error_code =
-            status.ok() ? ErrorCode::kUnknownServerError : StorageCallError(status);
+        p.out.error_code = status.ok() ? ErrorCode::kUnknownServerError : StorageCallError(status);
         any_error = true;
         continue;
       }

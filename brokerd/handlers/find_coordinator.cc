@@ -105,7 +105,8 @@ void HandleFindCoordinator(BrokerContext& broker, std::unique_ptr<RequestContext
   if (!wants_group) return answer(ErrorCode::kNone);
   broker.groups.EnsureOffsetsTopic([&broker, req, answer](ErrorCode error) {
     if (error != ErrorCode::kNone) return answer(error);
-    broker.groups.WaitUntilLoaded(req->coordinator_keys, kLoadWaitMs, [answer] { answer(ErrorCode::kNone); });
+    broker.groups.WaitUntilLoaded(req->coordinator_keys, kLoadWaitMs,
+                                  [answer] { answer(ErrorCode::kNone); });
   });
 }
 

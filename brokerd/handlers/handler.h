@@ -16,10 +16,10 @@
 #include "brokerd/controller_client.h"
 #include "brokerd/error_mapping.h"
 #include "brokerd/metadata_cache.h"
-#include "brokerd/partition_states.h"
-#include "brokerd/storage_client.h"
 #include "brokerd/net/event_loop.h"
 #include "brokerd/net/request.h"
+#include "brokerd/partition_states.h"
+#include "brokerd/storage_client.h"
 #include "common/config/config.h"
 #include "common/config/listeners.h"
 #include "common/log/log.h"
@@ -99,9 +99,9 @@ void HandleLeaveGroup(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 // resources naming another node, as Kafka's broker does, sends the rest to the controller,
 // and once the change is in this broker's metadata cache calls `done` with one outcome per
 // resource of `call`, in order.
-void AlterConfigsThroughController(
-    BrokerContext& broker, runnel::controller::AlterConfigsRequest call,
-    std::function<void(std::vector<protocol::KafkaError>)> done);
+void AlterConfigsThroughController(BrokerContext& broker,
+                                   runnel::controller::AlterConfigsRequest call,
+                                   std::function<void(std::vector<protocol::KafkaError>)> done);
 
 // The ApiVersions answer to a version we do not serve: v0-shaped, UNSUPPORTED_VERSION,
 // with the advertised list, so the client can pick a version and retry.

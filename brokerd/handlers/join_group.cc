@@ -89,9 +89,8 @@ void JoinClassic(BrokerContext& broker, const std::shared_ptr<RequestContext>& c
       shard.Write(std::move(tombstones), [&broker, ctx, req, respond](ErrorCode error) {
         if (error != ErrorCode::kNone) {
           JoinGroupResponse r;
-          r.error_code = error == ErrorCode::kRequestTimedOut
-                             ? ErrorCode::kCoordinatorNotAvailable
-                             : error;
+          r.error_code =
+              error == ErrorCode::kRequestTimedOut ? ErrorCode::kCoordinatorNotAvailable : error;
           return respond(EncodeResponse(*ctx, r));
         }
         JoinClassic(broker, ctx, req, respond);

@@ -147,8 +147,7 @@ void HandleMetadata(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, 
           KafkaLog()->warn("auto topic creation failed: {}",
                            status.ok() ? "wrong number of results" : status.error_message());
           for (size_t i : created_at) {
-            shared_resp->topics[i].error_code =
-                ErrorCode::kUnknownTopicOrPartition;
+            shared_resp->topics[i].error_code = ErrorCode::kUnknownTopicOrPartition;
           }
           return respond(EncodeResponse(*shared_ctx, *shared_resp));
         }

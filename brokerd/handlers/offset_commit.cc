@@ -21,10 +21,10 @@ constexpr int16_t kFirstGroupIdNotFoundVersion = 9;
 constexpr int16_t kFirstLeaderEpochVersion = 6;
 constexpr int16_t kLastRetentionTimeVersion = 4;
 
-
 // Kafka's checks of the committer against the group (OffsetMetadataManager's
 // validateOffsetCommit): 0 or the group-level error.
-ErrorCode ValidateCommitter(group::GroupSlot* slot, const OffsetCommitRequest& req, int16_t version) {
+ErrorCode ValidateCommitter(group::GroupSlot* slot, const OffsetCommitRequest& req,
+                            int16_t version) {
   const int32_t generation = req.generation_id_or_member_epoch;
   if (slot == nullptr) {
     // No group: generation -1 is the admin client or a consumer using assign().
@@ -86,7 +86,8 @@ void HandleOffsetCommit(BrokerContext& broker, std::unique_ptr<RequestContext> c
     return respond(EncodeResponse(*ctx, *resp));
   }
   group::Shard& shard = *route.shard;
-  if (ErrorCode error = ValidateCommitter(shard.Find(req.group_id), req, version); error != ErrorCode::kNone) {
+  if (ErrorCode error = ValidateCommitter(shard.Find(req.group_id), req, version);
+      error != ErrorCode::kNone) {
     set_all(error);
     return respond(EncodeResponse(*ctx, *resp));
   }

@@ -15,7 +15,6 @@ using protocol::ErrorCode;
 using protocol::OffsetDeleteRequest;
 using protocol::OffsetDeleteResponse;
 
-
 }  // namespace
 
 void HandleOffsetDelete(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,

@@ -20,7 +20,6 @@ using protocol::OffsetFetchResponse;
 constexpr int16_t kFirstTopLevelErrorVersion = 2;
 constexpr int16_t kFirstMultiGroupVersion = 8;
 
-
 struct PartitionResult {
   int32_t partition = 0;
   int64_t offset = -1;
@@ -158,7 +157,8 @@ void HandleOffsetFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ct
       AppendTopics(r.topics, &g.topics);
       continue;
     }
-    if (r.error != ErrorCode::kNone && version < kFirstTopLevelErrorVersion && q.topics.has_value()) {
+    if (r.error != ErrorCode::kNone && version < kFirstTopLevelErrorVersion &&
+        q.topics.has_value()) {
       // No top-level error before v2: the group's error goes on each asked partition.
       for (const auto& [name, partitions] : *q.topics) {
         TopicResult& t = r.topics.emplace_back();

@@ -29,7 +29,8 @@ constexpr size_t kAttributesOffset = 21;
 
 // Kafka's request-level rules for the records of one partition (v3+): exactly one batch,
 // magic 2, zstd only from v7. Everything inside the batch is storaged's to check.
-protocol::KafkaError CheckRecords(std::optional<std::span<const uint8_t>> records, int16_t version) {
+protocol::KafkaError CheckRecords(std::optional<std::span<const uint8_t>> records,
+                                  int16_t version) {
   if (!records || records->empty()) {
     return {ErrorCode::kInvalidRecord,
             "Produce requests with version 3 and above must have exactly one record batch"};

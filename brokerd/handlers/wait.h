@@ -26,7 +26,6 @@ bool PartitionsReadyHere(const BrokerContext& broker, const TopicInfo& topic);
 // (NOT_LEADER_OR_FOLLOWER). `*partition` is set whenever the partition exists.
 protocol::ErrorCode CheckLocalPartition(const BrokerContext& broker, const TopicInfo* topic,
                                         int32_t index, int32_t current_leader_epoch,
-                                        const PartitionInfo** partition,
-                                        bool leader_only = true);
+                                        const PartitionInfo** partition, bool leader_only = true);
 
 }  // namespace runnel::brokerd

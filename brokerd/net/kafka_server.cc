@@ -48,7 +48,6 @@ std::string PeerAddress(int fd, std::string* ip_out) {
   return fmt::format("{}:{}", ip, port);
 }
 
-
 // Byte ranges one sendmsg carries at most (Linux allows 1024).
 constexpr size_t kMaxIov = 256;
 // Reads per readable event, so one busy client cannot hold the loop (as libuv does).

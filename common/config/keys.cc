@@ -227,7 +227,8 @@ std::vector<KeyDef> Declare() {
        "Most members of one classic group; a join beyond it gets GROUP_MAX_SIZE_REACHED."},
       {"group.coordinator.rebalance.protocols", KeyType::kList, "classic,consumer", 0, 0,
        "Group protocols served: classic (JoinGroup/SyncGroup, always on) and consumer "
-       "(KIP-848 ConsumerGroupHeartbeat).", true, ValidateGroupProtocols},
+       "(KIP-848 ConsumerGroupHeartbeat).",
+       true, ValidateGroupProtocols},
       {"group.consumer.session.timeout.ms", KeyType::kInt, "45000", 1, INT32_MAX,
        "KIP-848 consumer groups: a member that does not heartbeat for this long is removed."},
       {"group.consumer.min.session.timeout.ms", KeyType::kInt, "45000", 1, INT32_MAX,
@@ -245,7 +246,8 @@ std::vector<KeyDef> Declare() {
        "GROUP_MAX_SIZE_REACHED."},
       {"group.consumer.assignors", KeyType::kList, "uniform,range", 0, 0,
        "Server-side assignors of KIP-848 consumer groups, the first being the default: "
-       "uniform and range (Kafka's class names are accepted too).", true, ValidateAssignors},
+       "uniform and range (Kafka's class names are accepted too).",
+       true, ValidateAssignors},
       {"fetch.max.bytes", KeyType::kInt, "16777216", 1024, INT32_MAX,
        "Most record bytes one Fetch answer carries, whatever larger max_bytes the consumer "
        "asks for (a first batch bigger than it still goes out alone, as with the consumer's "

@@ -25,8 +25,9 @@ std::string UnixTarget(const std::string& socket_path) {
   return fmt::format("unix:{}", socket_path);
 }
 
-StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(
-    const std::string& socket_path, const std::vector<grpc::Service*>& services, bool serving) {
+StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(const std::string& socket_path,
+                                                        const std::vector<grpc::Service*>& services,
+                                                        bool serving) {
   if (socket_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
     return absl::InvalidArgumentError(
         fmt::format("socket path {} is too long for a Unix socket", socket_path));

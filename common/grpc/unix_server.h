@@ -2,12 +2,12 @@
 // started (with grpc.health.v1) and how a client waits for it to be SERVING.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "common/util/status.h"
 
@@ -24,9 +24,9 @@ std::string UnixTarget(const std::string& socket_path);
 // service alone gives the server no completion queue to poll, and it refuses to start.
 // With `serving` false the health is NOT_SERVING from the first connection on (the socket
 // is bound under a temporary name and renamed once the status is set).
-StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(
-    const std::string& socket_path, const std::vector<grpc::Service*>& services,
-    bool serving = true);
+StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(const std::string& socket_path,
+                                                        const std::vector<grpc::Service*>& services,
+                                                        bool serving = true);
 
 // Shuts `server` down, letting calls in flight run until `deadline`, and removes its socket
 // file. gRPC removes the file it bound itself, but not one renamed into place (`serving`

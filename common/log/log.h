@@ -2,11 +2,11 @@
 // "storaged.log", "controllerd.raft"); every logger shares the sinks set up by Init.
 #pragma once
 
+#include <spdlog/spdlog.h>
+
 #include <memory>
 #include <string>
 #include <string_view>
-
-#include <spdlog/spdlog.h>
 
 namespace runnel::config {
 class Config;
@@ -15,9 +15,9 @@ class Config;
 namespace runnel::log {
 
 struct Options {
-  std::string role;        // prefixed to every line, e.g. "brokerd"
+  std::string role;  // prefixed to every line, e.g. "brokerd"
   std::string level = "info";
-  std::string file_dir;    // when set, also a rotating file <file_dir>/<role>.log
+  std::string file_dir;  // when set, also a rotating file <file_dir>/<role>.log
   size_t file_max_bytes = 100 << 20;
   size_t file_count = 10;
 };

@@ -1,5 +1,4 @@
 #include "common/protocol/wire.h"
-#include "common/util/big_endian.h"
 
 #include <unistd.h>
 
@@ -7,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+
+#include "common/util/big_endian.h"
 
 namespace runnel::protocol {
 namespace {

@@ -7,8 +7,8 @@
 #include <limits>
 #include <utility>
 
-#include "common/util/crc32c.h"
 #include "common/util/big_endian.h"
+#include "common/util/crc32c.h"
 
 namespace runnel::record {
 namespace {
@@ -228,7 +228,7 @@ bool FastWalkRecords(ByteSpan payload, int32_t count, const FastWalkRules& r) {
     if (length < 0 || length > end - p) return false;
     const uint8_t* const record_end = p + length;
     if (p >= record_end) return false;  // an empty body
-    ++p;                                 // attributes
+    ++p;                                // attributes
     int64_t timestamp_delta = 0, offset_delta = 0;
     if (!FastVarint(p, record_end, 10, 64, &timestamp_delta)) return false;
     if (!FastVarint(p, record_end, 5, 32, &offset_delta)) return false;
@@ -514,11 +514,11 @@ protocol::KafkaError ValidateBatch(ByteSpan batch, const ValidationOptions& opti
   const bool check_time = options.now_ms.has_value() && !view.has_delete_horizon() &&
                           view.timestamp_type() == TimestampType::kCreateTime;
   const bool control_keys_exempt = view.is_control();
-  if (FastWalkRecords(payload, count,
-                      {options.from_client, last_delta,
-                       options.require_keys && !control_keys_exempt, check_time,
-                       view.base_timestamp(), options.now_ms.value_or(0),
-                       options.timestamp_before_max_ms, options.timestamp_after_max_ms})) {
+  if (FastWalkRecords(
+          payload, count,
+          {options.from_client, last_delta, options.require_keys && !control_keys_exempt,
+           check_time, view.base_timestamp(), options.now_ms.value_or(0),
+           options.timestamp_before_max_ms, options.timestamp_after_max_ms})) {
     return {};
   }
   RecordReader reader(payload, count);

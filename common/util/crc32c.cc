@@ -100,9 +100,8 @@ const ShiftTables& ShortShift() {
 }
 
 // Three interleaved chains over blocks of `block` bytes while 3 blocks remain.
-__attribute__((target("sse4.2"))) inline uint64_t ThreeWay(uint64_t c, const uint8_t*& p,
-                                                            size_t& n, size_t block,
-                                                            const ShiftTables& shift) {
+__attribute__((target("sse4.2"))) inline uint64_t ThreeWay(uint64_t c, const uint8_t*& p, size_t& n,
+                                                           size_t block, const ShiftTables& shift) {
   while (n >= 3 * block) {
     uint64_t c1 = 0, c2 = 0;
     const uint8_t* end = p + block;

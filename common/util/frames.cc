@@ -1,4 +1,5 @@
 #include "common/util/frames.h"
+
 #include "common/util/big_endian.h"
 
 namespace runnel {

@@ -68,17 +68,17 @@ struct Entry {
 };
 
 enum class MessageType {
-  kPreVote,           // would you vote for me in `term` (= my term + 1)? terms unchanged
+  kPreVote,  // would you vote for me in `term` (= my term + 1)? terms unchanged
   kPreVoteResponse,
-  kVote,              // vote for me in `term`
+  kVote,  // vote for me in `term`
   kVoteResponse,
-  kAppend,            // entries after prev_offset (none = heartbeat), and the leader's commit
+  kAppend,  // entries after prev_offset (none = heartbeat), and the leader's commit
   kAppendResponse,
-  kSnapshot,          // one chunk of the leader's snapshot
+  kSnapshot,  // one chunk of the leader's snapshot
   kSnapshotResponse,
-  kTimeoutNow,        // leadership transfer: start an election now, no pre-vote
-  kObserve,           // observer -> voter: I follow the log, send me appends
-  kObserveResponse,   // voter -> observer: who leads (`leader`), when not the receiver
+  kTimeoutNow,       // leadership transfer: start an election now, no pre-vote
+  kObserve,          // observer -> voter: I follow the log, send me appends
+  kObserveResponse,  // voter -> observer: who leads (`leader`), when not the receiver
 };
 
 std::string_view MessageTypeName(MessageType type);
@@ -232,8 +232,8 @@ struct Options {
 struct ReplicaState {
   NodeId id = kNoNode;
   bool voter = false;
-  int64_t match_offset = -1;      // the highest offset known replicated there
-  int64_t last_contact_ms = -1;   // when the leader last heard from it
+  int64_t match_offset = -1;     // the highest offset known replicated there
+  int64_t last_contact_ms = -1;  // when the leader last heard from it
 };
 
 class Node {
@@ -272,9 +272,9 @@ class Node {
 
   Role role() const;
   int64_t term() const;
-  NodeId leader() const;          // kNoNode when not known
-  int64_t commit_offset() const;  // -1 when nothing is known committed
-  int64_t applied_offset() const; // the last offset given to OnCommit or covered by OnSnapshot
+  NodeId leader() const;           // kNoNode when not known
+  int64_t commit_offset() const;   // -1 when nothing is known committed
+  int64_t applied_offset() const;  // the last offset given to OnCommit or covered by OnSnapshot
   // Leader only (empty otherwise): every voter and current observer, by id.
   std::vector<ReplicaState> Replicas() const;
 

@@ -14,8 +14,8 @@
 #include <optional>
 
 #include "common/log/log.h"
-#include "storaged/log/file_names.h"
 #include "common/util/big_endian.h"
+#include "storaged/log/file_names.h"
 
 namespace runnel::storaged {
 namespace {
@@ -106,7 +106,8 @@ class BatchReader {
       return Corrupt(fmt::format("{} stray bytes at the end", end_ - next_));
     }
     RUNNEL_RETURN_IF_ERROR(Ensure(int64_t(record::kBatchHeaderSize)));
-    int64_t size = int64_t(static_cast<int32_t>(LoadBigEndian32(Here() + 8))) + int64_t(record::kLogOverhead);
+    int64_t size =
+        int64_t(static_cast<int32_t>(LoadBigEndian32(Here() + 8))) + int64_t(record::kLogOverhead);
     if (size < int64_t(record::kBatchHeaderSize) || next_ + size > end_) {
       return Corrupt(fmt::format("bad batch length {}", size - int64_t(record::kLogOverhead)));
     }

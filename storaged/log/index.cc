@@ -1,5 +1,4 @@
 #include "storaged/log/index.h"
-#include "common/util/big_endian.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -11,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+
+#include "common/util/big_endian.h"
 
 namespace runnel::storaged {
 namespace {

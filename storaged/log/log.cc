@@ -87,9 +87,9 @@ StatusOr<std::unique_ptr<Log>> Log::Open(LogOptions options, std::string topic_i
   if (::access(metadata_path.c_str(), F_OK) == 0) {
     RUNNEL_ASSIGN_OR_RETURN(std::string stored, ReadPartitionMetadata(metadata_path));
     if (!topic_id.empty() && stored != topic_id) {
-      return absl::FailedPreconditionError(fmt::format(
-          "{} belongs to topic id {}, not {}: the old topic's data is still there", dir, stored,
-          topic_id));
+      return absl::FailedPreconditionError(
+          fmt::format("{} belongs to topic id {}, not {}: the old topic's data is still there", dir,
+                      stored, topic_id));
     }
     topic_id = stored;
   } else if (!topic_id.empty()) {
@@ -113,8 +113,8 @@ Status Log::RemoveLeftovers(LoadReport* report) {
   // A swap in progress: the cleaned copy was complete (it is flushed before being named
   // .swap), so finish it: drop the segment it replaces and give it the final names.
   for (const std::string& name : names) {
-    std::optional<int64_t> base = ParseSegmentFileName(name, std::string(kLogSuffix) +
-                                                                 std::string(kSwapSuffix));
+    std::optional<int64_t> base =
+        ParseSegmentFileName(name, std::string(kLogSuffix) + std::string(kSwapSuffix));
     if (!base) continue;
     for (std::string_view kind : {kLogSuffix, kIndexSuffix, kTimeIndexSuffix}) {
       std::string final_path = SegmentFilePath(dir, *base, kind);
@@ -174,8 +174,8 @@ Status Log::Load(int64_t recovery_point, int64_t log_start_offset, bool clean_sh
                                           /*create=*/false, /*active=*/last, options_.files));
     seg->set_created_ms(options_.now_ms());
     if (cut) {
-      report->notes.push_back(fmt::format(
-          "deleted segment {} after the truncated one", OffsetFileStem(bases[i])));
+      report->notes.push_back(
+          fmt::format("deleted segment {} after the truncated one", OffsetFileStem(bases[i])));
       RUNNEL_RETURN_IF_ERROR(seg->Delete());
       continue;
     }
@@ -201,9 +201,9 @@ Status Log::Load(int64_t recovery_point, int64_t log_start_offset, bool clean_sh
       report->rebuilt_indexes++;
       if (r.truncated_bytes > 0) {
         report->truncated_bytes += r.truncated_bytes;
-        report->notes.push_back(fmt::format(
-            "truncated segment {} from {} to {} bytes: {}", OffsetFileStem(bases[i]),
-            r.valid_bytes + r.truncated_bytes, r.valid_bytes, r.reason));
+        report->notes.push_back(
+            fmt::format("truncated segment {} from {} to {} bytes: {}", OffsetFileStem(bases[i]),
+                        r.valid_bytes + r.truncated_bytes, r.valid_bytes, r.reason));
         cut = !last;
       }
     }
@@ -238,8 +238,7 @@ Status Log::Load(int64_t recovery_point, int64_t log_start_offset, bool clean_sh
   StatusOr<LeaderEpochCache> epochs =
       LeaderEpochCache::Load(dir + "/" + std::string(kLeaderEpochCheckpoint));
   if (!epochs.ok()) {
-    report->notes.push_back(
-        fmt::format("rebuilding leader epochs: {}", epochs.status().message()));
+    report->notes.push_back(fmt::format("rebuilding leader epochs: {}", epochs.status().message()));
     RUNNEL_RETURN_IF_ERROR(RebuildLeaderEpochs());
   } else {
     epochs_ = std::move(*epochs);
@@ -360,9 +359,8 @@ bool Log::ShouldRollLocked(const LogConfig& cfg, const Segment& active, int64_t 
     // segment.ms counts, as in Kafka, from the first batch's timestamp to the new batch's
     // (so old timestamps do not roll a segment per append), or by the wall clock from the
     // segment's creation when the batches carry no timestamps.
-    int64_t waited = active.rolling_timestamp() >= 0
-                         ? max_timestamp - active.rolling_timestamp()
-                         : options_.now_ms() - active.created_ms();
+    int64_t waited = active.rolling_timestamp() >= 0 ? max_timestamp - active.rolling_timestamp()
+                                                     : options_.now_ms() - active.created_ms();
     // A compacted log also rolls by max.compaction.lag.ms, so no record waits in the
     // (never cleaned) active segment longer than that.
     int64_t roll_ms = cfg.segment_ms;
@@ -393,7 +391,8 @@ Status Log::RollLocked() {
 AppendResult Log::Append(std::span<uint8_t> records, int32_t leader_epoch) {
   const LogConfig cfg = config();
   StatusOr<std::vector<record::BatchView>> batches = record::SplitBatches(records);
-  if (!batches.ok()) return Fail(ErrorCode::kCorruptMessage, std::string(batches.status().message()));
+  if (!batches.ok())
+    return Fail(ErrorCode::kCorruptMessage, std::string(batches.status().message()));
   if (batches->empty()) return Fail(ErrorCode::kInvalidRecord, "no record batches");
   record::ValidationOptions vo;
   vo.max_batch_bytes = cfg.max_message_bytes;
@@ -464,8 +463,7 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
   result.last_offset = next - 1;
   // The views read the header bytes just rewritten, so they see the assigned offsets.
   std::shared_ptr<Segment> active = ActiveSegment();
-  if (ShouldRollLocked(cfg, *active, int64_t(records.size()), result.last_offset,
-                       max_timestamp)) {
+  if (ShouldRollLocked(cfg, *active, int64_t(records.size()), result.last_offset, max_timestamp)) {
     Status rolled = RollLocked();
     if (!rolled.ok()) {
       return Fail(ErrorCode::kKafkaStorageError, std::string(rolled.message()));
@@ -490,9 +488,9 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
     }
   }
   int64_t total = appended_messages_.fetch_add(messages) + messages;
-  *needs_flush = cfg.SyncEveryAppend() ||
-                 (cfg.flush_messages != INT64_MAX &&
-                  total - flushed_messages_snapshot_.load() >= cfg.flush_messages);
+  *needs_flush =
+      cfg.SyncEveryAppend() || (cfg.flush_messages != INT64_MAX &&
+                                total - flushed_messages_snapshot_.load() >= cfg.flush_messages);
   result.log_start_offset = log_start_offset_.load();
   result.high_watermark = next;  // a single replica: everything appended is committed
   return result;
@@ -500,7 +498,8 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
 
 AppendResult Log::AppendWithOffsets(std::span<uint8_t> records) {
   StatusOr<std::vector<record::BatchView>> batches = record::SplitBatches(records);
-  if (!batches.ok()) return Fail(ErrorCode::kCorruptMessage, std::string(batches.status().message()));
+  if (!batches.ok())
+    return Fail(ErrorCode::kCorruptMessage, std::string(batches.status().message()));
   if (batches->empty()) return Fail(ErrorCode::kInvalidRecord, "no record batches");
   for (size_t i = 0; i < batches->size(); ++i) {
     if (!(*batches)[i].CrcValid()) {
@@ -825,10 +824,10 @@ int Log::DeleteOldSegments(std::vector<std::shared_ptr<Segment>>* to_unlink) {
   for (; n + 1 < segs.size(); ++n) {
     const Segment& s = *segs[n];
     bool below_start = segs[n + 1]->base_offset() <= start;
-    bool by_time = cfg.cleanup_delete && cfg.retention_ms >= 0 &&
-                   now - s.max_timestamp() > cfg.retention_ms;
-    bool by_size = cfg.cleanup_delete && cfg.retention_bytes >= 0 &&
-                   total - s.size() >= cfg.retention_bytes;
+    bool by_time =
+        cfg.cleanup_delete && cfg.retention_ms >= 0 && now - s.max_timestamp() > cfg.retention_ms;
+    bool by_size =
+        cfg.cleanup_delete && cfg.retention_bytes >= 0 && total - s.size() >= cfg.retention_bytes;
     if (!below_start && !by_time && !by_size) break;
     total -= s.size();
   }
@@ -869,8 +868,7 @@ Status Log::ReplaceSegment(const std::shared_ptr<Segment>& old_segment,
   {
     MutexLock slock(&segments_mu_);
     auto it = segments_.find(old_segment->base_offset());
-    if (it == segments_.end() || it->second != old_segment ||
-        std::next(it) == segments_.end()) {
+    if (it == segments_.end() || it->second != old_segment || std::next(it) == segments_.end()) {
       return absl::FailedPreconditionError("the segment is no longer a non-active segment");
     }
   }

@@ -48,13 +48,13 @@ struct FileRange {
 struct AppendResult {
   protocol::ErrorCode error = protocol::ErrorCode::kNone;
   std::string error_message;
-  int batch_index = -1;           // the batch the error is about, when it is about one
-  int64_t base_offset = -1;       // first offset assigned
-  int64_t last_offset = -1;       // last offset assigned
-  int64_t log_append_time = -1;   // set when the topic uses LogAppendTime
+  int batch_index = -1;          // the batch the error is about, when it is about one
+  int64_t base_offset = -1;      // first offset assigned
+  int64_t last_offset = -1;      // last offset assigned
+  int64_t log_append_time = -1;  // set when the topic uses LogAppendTime
   int64_t log_start_offset = -1;
-  int64_t high_watermark = -1;    // right after this append
-  FileRange range;                // where the appended batches were written
+  int64_t high_watermark = -1;  // right after this append
+  FileRange range;              // where the appended batches were written
 };
 
 struct ReadResult {
@@ -112,7 +112,7 @@ struct LoadReport {
   int recovered_segments = 0;
   int64_t truncated_bytes = 0;
   int rebuilt_indexes = 0;
-  int removed_files = 0;  // leftovers: .cleaned, .swap, .deleted, orphan indexes
+  int removed_files = 0;           // leftovers: .cleaned, .swap, .deleted, orphan indexes
   std::vector<std::string> notes;  // one line per thing cut or rebuilt
 };
 

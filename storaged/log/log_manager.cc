@@ -116,14 +116,14 @@ Status LogManager::LoadDir(const std::string& dir) {
       };
       LoadReport report;
       StatusOr<std::unique_ptr<Log>> log =
-          Log::Open(MakeLogOptions(dir, tp, options_.defaults), "",
-                    find(recovery_points, 0), find(start_offsets, 0), clean, &report);
+          Log::Open(MakeLogOptions(dir, tp, options_.defaults), "", find(recovery_points, 0),
+                    find(start_offsets, 0), clean, &report);
       std::lock_guard lock(mu);
       if (!log.ok()) {
         if (first_error.ok()) {
-          first_error = absl::Status(log.status().code(),
-                                     fmt::format("loading {}: {}", tp.ToString(),
-                                                 log.status().message()));
+          first_error =
+              absl::Status(log.status().code(),
+                           fmt::format("loading {}: {}", tp.ToString(), log.status().message()));
         }
         return;
       }
@@ -160,7 +160,9 @@ Status LogManager::LoadDir(const std::string& dir) {
     RUNNEL_RETURN_IF_ERROR(FsyncDir(dir));
   }
   Logger()->info("{}: loaded {} partition(s){}", dir, todo.size(),
-                 todo.empty() ? "" : clean ? " after a clean shutdown" : " after an unclean stop");
+                 todo.empty() ? ""
+                 : clean      ? " after a clean shutdown"
+                              : " after an unclean stop");
   return absl::OkStatus();
 }
 
@@ -209,9 +211,8 @@ StatusOr<std::shared_ptr<Log>> LogManager::CreateLog(
     }
   }
   if (!topic_id.empty() && !log->topic_id().empty() && log->topic_id() != topic_id) {
-    return absl::FailedPreconditionError(
-        fmt::format("partition {} exists with topic id {}, not {}", tp.ToString(),
-                    log->topic_id(), topic_id));
+    return absl::FailedPreconditionError(fmt::format("partition {} exists with topic id {}, not {}",
+                                                     tp.ToString(), log->topic_id(), topic_id));
   }
   log->SetConfig(config);
   OnChange(tp, log->State());
@@ -233,7 +234,8 @@ Status LogManager::DeleteLog(const TopicPartition& tp) {
   {
     MutexLock lock(&logs_mu_);
     auto it = logs_.find(tp);
-    if (it == logs_.end()) return absl::NotFoundError(fmt::format("no partition {}", tp.ToString()));
+    if (it == logs_.end())
+      return absl::NotFoundError(fmt::format("no partition {}", tp.ToString()));
     log = it->second;
     logs_.erase(it);
     log_dir_of_.erase(tp);
@@ -373,15 +375,18 @@ Status LogManager::WriteCheckpoints() {
     }
   }
   for (const std::string& d : options_.dirs) {
-    RUNNEL_RETURN_IF_ERROR(OffsetCheckpointFile(Join(d, kRecoveryPointCheckpoint)).Write(recovery[d]));
-    RUNNEL_RETURN_IF_ERROR(OffsetCheckpointFile(Join(d, kLogStartOffsetCheckpoint)).Write(start[d]));
+    RUNNEL_RETURN_IF_ERROR(
+        OffsetCheckpointFile(Join(d, kRecoveryPointCheckpoint)).Write(recovery[d]));
+    RUNNEL_RETURN_IF_ERROR(
+        OffsetCheckpointFile(Join(d, kLogStartOffsetCheckpoint)).Write(start[d]));
     RUNNEL_RETURN_IF_ERROR(OffsetCheckpointFile(Join(d, kCleanerOffsetCheckpoint)).Write(dirty[d]));
   }
   return absl::OkStatus();
 }
 
 void LogManager::BackgroundLoop() {
-  int64_t next_retention = options_.now_ms() + std::min<int64_t>(options_.retention_check_interval_ms, 30000);
+  int64_t next_retention =
+      options_.now_ms() + std::min<int64_t>(options_.retention_check_interval_ms, 30000);
   int64_t next_flush = options_.now_ms() + options_.flush_check_interval_ms;
   int64_t next_checkpoint = options_.now_ms() + options_.checkpoint_interval_ms;
   for (;;) {

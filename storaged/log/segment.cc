@@ -8,8 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "storaged/log/file_names.h"
 #include "common/util/big_endian.h"
+#include "storaged/log/file_names.h"
 
 namespace runnel::storaged {
 namespace {
@@ -112,9 +112,8 @@ Segment::Segment(std::string dir, int64_t base_offset, std::string log_path, Fil
 Segment::~Segment() = default;
 
 StatusOr<std::unique_ptr<Segment>> Segment::Open(const std::string& dir, int64_t base_offset,
-                                                 int32_t max_index_bytes, bool create,
-                                                 bool active, FileCache* files,
-                                                 std::string_view suffix) {
+                                                 int32_t max_index_bytes, bool create, bool active,
+                                                 FileCache* files, std::string_view suffix) {
   const std::string log_path = SegmentFilePath(dir, base_offset, kLogSuffix) + std::string(suffix);
   std::unique_ptr<Segment> s(new Segment(dir, base_offset, log_path, files));
   s->max_index_bytes_ = max_index_bytes;
@@ -129,8 +128,7 @@ StatusOr<std::unique_ptr<Segment>> Segment::Open(const std::string& dir, int64_t
   s->size_.store(st.st_size);
   s->inode_ = static_cast<uint64_t>(st.st_ino);
   std::string index_path = SegmentFilePath(dir, base_offset, kIndexSuffix) + std::string(suffix);
-  std::string time_path =
-      SegmentFilePath(dir, base_offset, kTimeIndexSuffix) + std::string(suffix);
+  std::string time_path = SegmentFilePath(dir, base_offset, kTimeIndexSuffix) + std::string(suffix);
   s->indexes_missing_ =
       ::access(index_path.c_str(), F_OK) != 0 || ::access(time_path.c_str(), F_OK) != 0;
   RUNNEL_ASSIGN_OR_RETURN(s->offset_index_,
@@ -183,8 +181,9 @@ Status Segment::Append(record::ByteSpan bytes, const std::vector<record::BatchVi
   }
   int64_t position = start;
   for (const record::BatchView& b : batches) {
-    BatchLocation loc{b.base_offset(), b.last_offset(), int32_t(position),
-                      int32_t(b.size_in_bytes()), b.max_timestamp(), b.partition_leader_epoch()};
+    BatchLocation loc{b.base_offset(),   b.last_offset(),
+                      int32_t(position), int32_t(b.size_in_bytes()),
+                      b.max_timestamp(), b.partition_leader_epoch()};
     Track(loc);
     RUNNEL_RETURN_IF_ERROR(IndexBatch(loc, index_interval_bytes));
     position += int64_t(b.size_in_bytes());
@@ -210,8 +209,8 @@ Status Segment::ScanBatches(int64_t position, int64_t end,
   int64_t chunk = int64_t(kFirstScanChunk);
   while (position < end) {
     if (end - position < int64_t(record::kBatchHeaderSize)) {
-      return absl::DataLossError(fmt::format("{}: {} stray bytes at byte {}", log_path(),
-                                             end - position, position));
+      return absl::DataLossError(
+          fmt::format("{}: {} stray bytes at byte {}", log_path(), end - position, position));
     }
     if (buf.empty() || position < buf_start ||
         position + int64_t(record::kBatchHeaderSize) > buf_start + int64_t(buf.size())) {
@@ -224,8 +223,8 @@ Status Segment::ScanBatches(int64_t position, int64_t end,
     if (!why.empty()) {
       return absl::DataLossError(fmt::format("{}: at byte {}: {}", log_path(), position, why));
     }
-    chunk = loc.size >= int64_t(kFirstScanChunk) * 4 ? int64_t(kFirstScanChunk)
-                                                      : int64_t(kScanChunk);
+    chunk =
+        loc.size >= int64_t(kFirstScanChunk) * 4 ? int64_t(kFirstScanChunk) : int64_t(kScanChunk);
     if (!fn(loc)) break;
     position += loc.size;
   }
@@ -361,8 +360,8 @@ StatusOr<SegmentRecovery> Segment::Recover(int32_t index_interval_bytes) {
       if (position >= buf_start && position + n <= buf_start + int64_t(buf.size())) {
         return absl::OkStatus();
       }
-      buf.resize(size_t(std::max<int64_t>(n, std::min<int64_t>(int64_t(kRecoverChunk),
-                                                                end - position))));
+      buf.resize(
+          size_t(std::max<int64_t>(n, std::min<int64_t>(int64_t(kRecoverChunk), end - position))));
       buf_start = position;
       return InFile(PreadFull(fh->fd(), buf.data(), buf.size(), position), *this);
     };
@@ -378,8 +377,8 @@ StatusOr<SegmentRecovery> Segment::Recover(int32_t index_interval_bytes) {
       } else if (!view->CrcValid()) {
         why = fmt::format("CRC mismatch in the batch at offset {}", loc.base_offset);
       } else if (loc.base_offset < expected_min_offset) {
-        why = fmt::format("batch offset {} is below the previous batch's end {}",
-                          loc.base_offset, expected_min_offset);
+        why = fmt::format("batch offset {} is below the previous batch's end {}", loc.base_offset,
+                          expected_min_offset);
       } else if (loc.last_offset - base_offset_ > INT32_MAX) {
         why = fmt::format("batch offset {} is too far from the segment base", loc.last_offset);
       }
@@ -408,8 +407,8 @@ StatusOr<SegmentRecovery> Segment::Recover(int32_t index_interval_bytes) {
 Status Segment::LoadClean(int32_t index_interval_bytes) {
   // No entries is fine (everything before the last batch may be within the interval):
   // the scan below then starts at byte 0.
-  bool rebuild = indexes_missing_ || !offset_index_->SanityCheck().ok() ||
-                 !time_index_->SanityCheck().ok();
+  bool rebuild =
+      indexes_missing_ || !offset_index_->SanityCheck().ok() || !time_index_->SanityCheck().ok();
   if (!rebuild) {
     OffsetPosition last = offset_index_->LastEntry();
     if (last.position > size()) rebuild = true;

@@ -48,9 +48,8 @@ class Segment {
   // when `active`. A missing index file is created empty (the caller rebuilds it).
   // `suffix` (e.g. ".cleaned") is appended to all three file names.
   static StatusOr<std::unique_ptr<Segment>> Open(const std::string& dir, int64_t base_offset,
-                                                 int32_t max_index_bytes, bool create,
-                                                 bool active, FileCache* files,
-                                                 std::string_view suffix = "");
+                                                 int32_t max_index_bytes, bool create, bool active,
+                                                 FileCache* files, std::string_view suffix = "");
   ~Segment();
 
   int64_t base_offset() const { return base_offset_; }

@@ -543,8 +543,7 @@ TEST_F(ConsumerGroupTest, OffsetValidation) {
   EXPECT_EQ(group_->ValidateOffsetCommit("a", a.epoch), ErrorCode::kNone);
   EXPECT_EQ(group_->ValidateOffsetCommit("a", a.epoch + 1), ErrorCode::kStaleMemberEpoch);
   EXPECT_EQ(group_->ValidateOffsetCommit("x", a.epoch), ErrorCode::kUnknownMemberId);
-  EXPECT_EQ(group_->ValidateOffsetCommit("a", a.epoch, 8, false),
-            ErrorCode::kUnsupportedVersion);
+  EXPECT_EQ(group_->ValidateOffsetCommit("a", a.epoch, 8, false), ErrorCode::kUnsupportedVersion);
   EXPECT_EQ(group_->ValidateOffsetCommit("a", a.epoch, 8, true), ErrorCode::kNone);
   EXPECT_EQ(group_->ValidateOffsetFetch("", -1), ErrorCode::kNone);
   EXPECT_EQ(group_->ValidateOffsetFetch("a", a.epoch), ErrorCode::kNone);

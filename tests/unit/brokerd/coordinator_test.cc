@@ -195,7 +195,8 @@ TEST_F(ShardTest, CommittedOffsetsSurviveUnloadAndLoad) {
   ASSERT_EQ(Commit("g2", {C("payments", 3, 100)}), ErrorCode::kNone);
   ASSERT_EQ(Commit("g1", {C("orders", 0, 50, "newer")}), ErrorCode::kNone);  // last one wins
   ASSERT_EQ(Commit("g3", {C("x", 0, 1)}), ErrorCode::kNone);
-  ASSERT_EQ(Write({OffsetTombstone(OffsetKey{"g3", "x", 0})}), ErrorCode::kNone);  // g3 deleted again
+  ASSERT_EQ(Write({OffsetTombstone(OffsetKey{"g3", "x", 0})}),
+            ErrorCode::kNone);  // g3 deleted again
   ClassicGroupValue classic;
   classic.protocol_type = "consumer";
   classic.generation = 4;

@@ -12,8 +12,8 @@
 namespace runnel::brokerd {
 namespace {
 
-using protocol::ErrorCode;
 using grpc::StatusCode;
+using protocol::ErrorCode;
 
 // Every code gRPC defines (grpc::StatusCode 0-16).
 std::vector<StatusCode> AllStatusCodes() {
@@ -25,8 +25,8 @@ std::vector<StatusCode> AllStatusCodes() {
 TEST(ErrorMappingTest, StorageCallFailures) {
   for (StatusCode c : AllStatusCodes()) {
     const ErrorCode want = c == StatusCode::DEADLINE_EXCEEDED ? ErrorCode::kRequestTimedOut
-                           : c == StatusCode::UNAVAILABLE    ? ErrorCode::kNotLeaderOrFollower
-                                                             : ErrorCode::kKafkaStorageError;
+                           : c == StatusCode::UNAVAILABLE     ? ErrorCode::kNotLeaderOrFollower
+                                                              : ErrorCode::kKafkaStorageError;
     EXPECT_EQ(StorageCallError(grpc::Status(c, "x")), want) << "grpc code " << c;
   }
 }
@@ -44,8 +44,8 @@ TEST(ErrorMappingTest, StorageCallFailuresAreAlwaysRetriableNeverUnknownServerEr
 TEST(ErrorMappingTest, ControllerCallFailures) {
   for (StatusCode c : AllStatusCodes()) {
     const ErrorCode want = c == StatusCode::DEADLINE_EXCEEDED ? ErrorCode::kRequestTimedOut
-                           : c == StatusCode::UNAVAILABLE    ? ErrorCode::kNotController
-                                                             : ErrorCode::kUnknownServerError;
+                           : c == StatusCode::UNAVAILABLE     ? ErrorCode::kNotController
+                                                              : ErrorCode::kUnknownServerError;
     EXPECT_EQ(ControllerCallError(grpc::Status(c, "x")), want) << "grpc code " << c;
   }
 }

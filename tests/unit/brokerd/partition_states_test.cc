@@ -129,7 +129,6 @@ TEST_F(PartitionStatesAdvanceTest, NothingIsAdvancedWhileTheStreamIsLost) {
   EXPECT_FALSE(states_.ready());
 }
 
-
 // ---- The tail: where this brokerd's latest appends lie -------------------------------------
 
 storage::FileRange Range(const std::string& path, int64_t position, int32_t length,
@@ -167,8 +166,8 @@ class PartitionStatesTailTest : public ::testing::Test {
     if (!slices) return "none";
     std::string out;
     for (const TailSlice& s : *slices) {
-      out += s.segment->path + ":" + std::to_string(s.position) + "+" +
-             std::to_string(s.length) + " ";
+      out +=
+          s.segment->path + ":" + std::to_string(s.position) + "+" + std::to_string(s.length) + " ";
     }
     return out;
   }
@@ -182,7 +181,7 @@ TEST_F(PartitionStatesTailTest, ConsecutiveAppendsAreOneRangeCutAtWholeAppends) 
   Append(5, 100);
   EXPECT_EQ(Read(0, 1 << 20), "/seg0:0+500 ");
   EXPECT_EQ(Read(2, 1 << 20), "/seg0:200+300 ");
-  EXPECT_EQ(Read(0, 250), "/seg0:0+200 ");   // whole appends within max_bytes
+  EXPECT_EQ(Read(0, 250), "/seg0:0+200 ");  // whole appends within max_bytes
   EXPECT_EQ(Read(4, 100), "/seg0:400+100 ");
 }
 
@@ -203,8 +202,8 @@ TEST_F(PartitionStatesTailTest, AFirstAppendOverMaxBytesIsLeftToStoragedOrNotSen
 
 TEST_F(PartitionStatesTailTest, OffsetsOutsideTheTailOrTheLogDeferToStoraged) {
   Append(3, 100);
-  EXPECT_EQ(Read(3, 1 << 20), "none");   // the high watermark: nothing to read
-  EXPECT_EQ(Read(9, 1 << 20), "none");   // past the log end: OFFSET_OUT_OF_RANGE is storaged's
+  EXPECT_EQ(Read(3, 1 << 20), "none");  // the high watermark: nothing to read
+  EXPECT_EQ(Read(9, 1 << 20), "none");  // past the log end: OFFSET_OUT_OF_RANGE is storaged's
   EXPECT_EQ(Read(-1, 1 << 20), "none");
   EXPECT_EQ(Read(0, 1 << 20, true), "/seg0:0+300 ");
   // DeleteRecords moved the log start past offset 0: offset 0 is storaged's to refuse.

@@ -181,9 +181,10 @@ TEST(QuorumVotersTest, ABrokerOnlyNodeNeedsTheVotersAndAnIdOfItsOwn) {
   EXPECT_NE(std::string(none.status().message()).find("controller.quorum.voters is empty"),
             std::string::npos)
       << none.status();
-  auto taken = Config::Parse("node.id=2\nprocess.roles=broker\n"
-                             "controller.quorum.voters=1@a:9093,2@b:9093\n",
-                             nullptr);
+  auto taken = Config::Parse(
+      "node.id=2\nprocess.roles=broker\n"
+      "controller.quorum.voters=1@a:9093,2@b:9093\n",
+      nullptr);
   ASSERT_FALSE(taken.ok());
   EXPECT_NE(std::string(taken.status().message()).find("node.id 2 is one of the voters"),
             std::string::npos)

@@ -56,7 +56,8 @@ TEST(Crc32cTest, HardwareAndPortableAgreeOnLongInputs) {
   std::vector<uint8_t> buf(3 * 8192 * 3 + 64);
   for (auto& b : buf) b = uint8_t(rng());
   std::vector<size_t> lengths;
-  for (size_t base : {size_t{768}, size_t{3 * 8192}, size_t{2 * 3 * 8192}, size_t{3 * 8192 + 768}}) {
+  for (size_t base :
+       {size_t{768}, size_t{3 * 8192}, size_t{2 * 3 * 8192}, size_t{3 * 8192 + 768}}) {
     for (size_t d = 0; d < 20; ++d) {
       lengths.push_back(base + d);
       if (base >= d) lengths.push_back(base - d);

@@ -69,8 +69,7 @@ TEST_F(LogDirsTest, SecondProcessCannotTakeTheLock) {
   pid_t pid = fork();
   if (pid == 0) {
     auto second = LogDirs::Open({Dir("a")}, 1);
-    _exit(!second.ok() && std::string(second.status().message()).find("in use") !=
-                              std::string::npos
+    _exit(!second.ok() && std::string(second.status().message()).find("in use") != std::string::npos
               ? 0
               : 1);
   }

@@ -23,8 +23,7 @@ struct Memfd {
     struct stat st;
     EXPECT_EQ(::fstat(fd, &st), 0);
     inode = st.st_ino;
-    base = static_cast<uint8_t*>(
-        ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    base = static_cast<uint8_t*>(::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
     this->size = size;
   }
   ~Memfd() {
@@ -69,11 +68,13 @@ TEST(SharedRegionsTest, BytesOutsideTheRegionAreRefused) {
   Memfd m(8192);
   SharedRegions regions;
   std::shared_ptr<SharedRegions::Mapping> hold;
-  for (auto [offset, length] : {std::pair<uint64_t, uint64_t>{8000, 193}, {8193, 1}, {0, 0},
-                                {~uint64_t{0}, 2}, {1, ~uint64_t{0}}}) {
+  for (auto [offset, length] : {std::pair<uint64_t, uint64_t>{8000, 193},
+                                {8193, 1},
+                                {0, 0},
+                                {~uint64_t{0}, 2},
+                                {1, ~uint64_t{0}}}) {
     auto bytes = regions.Resolve(m.Ref(offset, length), &hold);
-    EXPECT_EQ(bytes.status().code(), absl::StatusCode::kInvalidArgument)
-        << offset << "+" << length;
+    EXPECT_EQ(bytes.status().code(), absl::StatusCode::kInvalidArgument) << offset << "+" << length;
   }
   EXPECT_TRUE(regions.Resolve(m.Ref(8000, 192), &hold).ok());
 }
@@ -90,8 +91,7 @@ TEST(SharedRegionsTest, AnythingButTheNamedMemfdIsRefused) {
 
   storage::SharedBytes closed = m.Ref(0, 10);
   closed.set_fd(100000);
-  EXPECT_EQ(regions.Resolve(closed, &hold).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(regions.Resolve(closed, &hold).status().code(), absl::StatusCode::kFailedPrecondition);
 
   // A regular file, even with its own inode named, is not a memfd: storaged would write
   // into it otherwise.

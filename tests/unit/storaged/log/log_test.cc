@@ -6,8 +6,8 @@
 
 #include <atomic>
 #include <filesystem>
-#include <thread>
 #include <fstream>
+#include <thread>
 
 #include "tests/unit/storaged/log/log_test_util.h"
 
@@ -510,8 +510,7 @@ TEST_F(LogTest, ConcurrentDurableAppendsShareFlushes) {
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(not_durable.load(), 0);
   EXPECT_EQ(log->State().log_end_offset, kThreads * kAppends);
-  EXPECT_LT(log->flush_count(), uint64_t(kThreads * kAppends) * 9 / 10)
-      << "no flush was shared";
+  EXPECT_LT(log->flush_count(), uint64_t(kThreads * kAppends) * 9 / 10) << "no flush was shared";
 }
 
 }  // namespace
