@@ -15,7 +15,6 @@ namespace {
 using protocol::ErrorCode;
 using protocol::JoinGroupResponse;
 using protocol::SyncGroupResponse;
-using protocol::ToWire;
 
 std::shared_ptr<spdlog::logger> Log() {
   static auto logger = log::Get("brokerd.group");

@@ -16,7 +16,6 @@ namespace runnel::brokerd::group {
 namespace {
 
 using protocol::ErrorCode;
-using protocol::ToWire;
 using protocol::Uuid;
 using OwnedPartitions = std::vector<protocol::ConsumerGroupHeartbeatRequest::TopicPartitions>;
 

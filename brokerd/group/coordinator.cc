@@ -17,7 +17,6 @@ namespace runnel::brokerd::group {
 namespace {
 
 using protocol::ErrorCode;
-using protocol::ToWire;
 
 std::shared_ptr<spdlog::logger> Log() {
   static auto logger = log::Get("brokerd.group");

@@ -13,7 +13,6 @@ namespace {
 using protocol::ConsumerGroupDescribeRequest;
 using protocol::ConsumerGroupDescribeResponse;
 using protocol::ErrorCode;
-using protocol::ToWire;
 
 // READ, DELETE and DESCRIBE: every operation a group resource has, with no authorizer.
 constexpr int32_t kAllGroupOperations = (1 << 3) | (1 << 6) | (1 << 8);

@@ -14,7 +14,6 @@ namespace {
 using protocol::ConsumerGroupHeartbeatRequest;
 using protocol::ConsumerGroupHeartbeatResponse;
 using protocol::ErrorCode;
-using protocol::ToWire;
 
 // Kafka's client host: the peer's address as InetAddress.toString() gives it ("/1.2.3.4").
 std::string ClientHost(const std::string& peer) {

@@ -8,6 +8,7 @@ namespace {
 
 using protocol::CreateTopicsRequest;
 using protocol::CreateTopicsResponse;
+using protocol::ErrorCode;
 namespace ctl = runnel::controller;
 
 ctl::CreateTopicsRequest ToController(const CreateTopicsRequest& req) {

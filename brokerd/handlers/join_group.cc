@@ -16,7 +16,6 @@ using group::ClassicGroup;
 using protocol::ErrorCode;
 using protocol::JoinGroupRequest;
 using protocol::JoinGroupResponse;
-using protocol::ToWire;
 
 // Kafka records a member's host as InetAddress.toString() of the connection: "/ip".
 std::string ClientHost(const std::string& peer) {

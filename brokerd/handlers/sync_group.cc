@@ -11,7 +11,6 @@ using group::ClassicGroup;
 using protocol::ErrorCode;
 using protocol::SyncGroupRequest;
 using protocol::SyncGroupResponse;
-using protocol::ToWire;
 
 void HandleSyncGroup(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, Respond respond) {
   SyncGroupRequest req;

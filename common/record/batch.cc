@@ -42,11 +42,9 @@ constexpr uint16_t kTransactionalBit = 0x10;
 constexpr uint16_t kControlBit = 0x20;
 constexpr uint16_t kDeleteHorizonBit = 0x40;
 
-constexpr auto LoadBE = LoadBigEndian;
-constexpr auto StoreBE = StoreBigEndian;
-int16_t Load16(ByteSpan b, size_t at) { return static_cast<int16_t>(LoadBE(&b[at], 2)); }
-int32_t Load32(ByteSpan b, size_t at) { return static_cast<int32_t>(LoadBE(&b[at], 4)); }
-int64_t Load64(ByteSpan b, size_t at) { return static_cast<int64_t>(LoadBE(&b[at], 8)); }
+int16_t Load16(ByteSpan b, size_t at) { return static_cast<int16_t>(LoadBigEndian(&b[at], 2)); }
+int32_t Load32(ByteSpan b, size_t at) { return static_cast<int32_t>(LoadBigEndian(&b[at], 4)); }
+int64_t Load64(ByteSpan b, size_t at) { return static_cast<int64_t>(LoadBigEndian(&b[at], 8)); }
 
 uint32_t BatchCrc(ByteSpan batch) {
   return crc32c::Value(batch.data() + kAttributesAt, batch.size() - kAttributesAt);
@@ -297,7 +295,7 @@ int64_t BatchView::base_offset() const { return Load64(bytes_, kBaseOffsetAt); }
 int32_t BatchView::batch_length() const { return Load32(bytes_, kBatchLengthAt); }
 int32_t BatchView::partition_leader_epoch() const { return Load32(bytes_, kLeaderEpochAt); }
 int8_t BatchView::magic() const { return static_cast<int8_t>(bytes_[kMagicAt]); }
-uint32_t BatchView::crc() const { return static_cast<uint32_t>(LoadBE(&bytes_[kCrcAt], 4)); }
+uint32_t BatchView::crc() const { return static_cast<uint32_t>(LoadBigEndian(&bytes_[kCrcAt], 4)); }
 int16_t BatchView::attributes() const { return Load16(bytes_, kAttributesAt); }
 Compression BatchView::compression() const {
   return static_cast<Compression>(static_cast<uint16_t>(attributes()) & kCompressionMask);
@@ -590,20 +588,20 @@ StatusOr<std::vector<BatchView>> SplitBatches(ByteSpan records) {
 
 void SetBaseOffset(std::span<uint8_t> batch, int64_t base_offset) {
   if (batch.size() < kBatchHeaderSize) return;
-  StoreBE(&batch[kBaseOffsetAt], static_cast<uint64_t>(base_offset), 8);
+  StoreBigEndian(&batch[kBaseOffsetAt], static_cast<uint64_t>(base_offset), 8);
 }
 
 void SetPartitionLeaderEpoch(std::span<uint8_t> batch, int32_t epoch) {
   if (batch.size() < kBatchHeaderSize) return;
-  StoreBE(&batch[kLeaderEpochAt], static_cast<uint32_t>(epoch), 4);
+  StoreBigEndian(&batch[kLeaderEpochAt], static_cast<uint32_t>(epoch), 4);
 }
 
 void SetLogAppendTime(std::span<uint8_t> batch, int64_t timestamp_ms) {
   if (batch.size() < kBatchHeaderSize) return;
-  const uint16_t attributes = static_cast<uint16_t>(LoadBE(&batch[kAttributesAt], 2));
-  StoreBE(&batch[kAttributesAt], attributes | kTimestampTypeBit, 2);
-  StoreBE(&batch[kMaxTimestampAt], static_cast<uint64_t>(timestamp_ms), 8);
-  StoreBE(&batch[kCrcAt], BatchCrc(batch), 4);
+  const uint16_t attributes = static_cast<uint16_t>(LoadBigEndian(&batch[kAttributesAt], 2));
+  StoreBigEndian(&batch[kAttributesAt], attributes | kTimestampTypeBit, 2);
+  StoreBigEndian(&batch[kMaxTimestampAt], static_cast<uint64_t>(timestamp_ms), 8);
+  StoreBigEndian(&batch[kCrcAt], BatchCrc(batch), 4);
 }
 
 // ---- BatchBuilder ----
@@ -688,21 +686,21 @@ StatusOr<std::vector<uint8_t>> BatchBuilder::Build(std::optional<int32_t> last_o
 
   std::vector<uint8_t> out(total);
   uint8_t* p = out.data();
-  StoreBE(p + kBaseOffsetAt, static_cast<uint64_t>(options_.base_offset), 8);
-  StoreBE(p + kBatchLengthAt, total - kLogOverhead, 4);
-  StoreBE(p + kLeaderEpochAt, static_cast<uint32_t>(options_.partition_leader_epoch), 4);
+  StoreBigEndian(p + kBaseOffsetAt, static_cast<uint64_t>(options_.base_offset), 8);
+  StoreBigEndian(p + kBatchLengthAt, total - kLogOverhead, 4);
+  StoreBigEndian(p + kLeaderEpochAt, static_cast<uint32_t>(options_.partition_leader_epoch), 4);
   p[kMagicAt] = static_cast<uint8_t>(kMagicV2);
-  StoreBE(p + kAttributesAt, attributes, 2);
-  StoreBE(p + kLastOffsetDeltaAt,
-          static_cast<uint32_t>(last_offset_delta.value_or(std::max(last_delta_, 0))), 4);
-  StoreBE(p + kBaseTimestampAt, static_cast<uint64_t>(base_timestamp), 8);
-  StoreBE(p + kMaxTimestampAt, static_cast<uint64_t>(max_timestamp_), 8);
-  StoreBE(p + kProducerIdAt, static_cast<uint64_t>(options_.producer_id), 8);
-  StoreBE(p + kProducerEpochAt, static_cast<uint16_t>(options_.producer_epoch), 2);
-  StoreBE(p + kBaseSequenceAt, static_cast<uint32_t>(options_.base_sequence), 4);
-  StoreBE(p + kRecordCountAt, static_cast<uint32_t>(count_), 4);
+  StoreBigEndian(p + kAttributesAt, attributes, 2);
+  StoreBigEndian(p + kLastOffsetDeltaAt,
+                 static_cast<uint32_t>(last_offset_delta.value_or(std::max(last_delta_, 0))), 4);
+  StoreBigEndian(p + kBaseTimestampAt, static_cast<uint64_t>(base_timestamp), 8);
+  StoreBigEndian(p + kMaxTimestampAt, static_cast<uint64_t>(max_timestamp_), 8);
+  StoreBigEndian(p + kProducerIdAt, static_cast<uint64_t>(options_.producer_id), 8);
+  StoreBigEndian(p + kProducerEpochAt, static_cast<uint16_t>(options_.producer_epoch), 2);
+  StoreBigEndian(p + kBaseSequenceAt, static_cast<uint32_t>(options_.base_sequence), 4);
+  StoreBigEndian(p + kRecordCountAt, static_cast<uint32_t>(count_), 4);
   if (!payload.empty()) std::memcpy(p + kBatchHeaderSize, payload.data(), payload.size());
-  StoreBE(p + kCrcAt, BatchCrc(out), 4);
+  StoreBigEndian(p + kCrcAt, BatchCrc(out), 4);
   return out;
 }
 

@@ -90,7 +90,6 @@ void PutBE32(std::vector<uint8_t>* out, uint32_t v) {
   StoreBigEndian32(b, v);
   out->insert(out->end(), b, b + 4);
 }
-constexpr auto GetBE32 = LoadBigEndian32;
 
 // ---- gzip ----
 
@@ -177,7 +176,7 @@ StatusOr<std::vector<uint8_t>> DecompressSnappy(ByteSpan input, size_t max_outpu
   // Each round consumes at least the 4-byte chunk length.
   while (pos < input.size()) {
     if (input.size() - pos < 4) return absl::DataLossError("xerial snappy chunk length truncated");
-    const uint32_t length = GetBE32(input.data() + pos);
+    const uint32_t length = LoadBigEndian32(input.data() + pos);
     pos += 4;
     if (length > input.size() - pos) {
       return absl::DataLossError(

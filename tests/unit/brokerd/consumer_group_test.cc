@@ -17,7 +17,6 @@ namespace {
 using protocol::ConsumerGroupHeartbeatRequest;
 using protocol::ConsumerGroupHeartbeatResponse;
 using protocol::ErrorCode;
-using protocol::ToWire;
 using protocol::Uuid;
 
 // A shard with a virtual clock and an in-memory log. Writes complete when the test calls
