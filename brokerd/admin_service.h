@@ -3,7 +3,7 @@
 // and waits (bounded) for it.
 #pragma once
 
-#include "brokerd/metadata_cache.h"
+#include "brokerd/controller/metadata_cache.h"
 #include "brokerd/net/event_loop.h"
 #include "brokerd/net/kafka_server.h"
 #include "proto/runnel/broker.grpc.pb.h"

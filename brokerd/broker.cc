@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <random>
 
-#include "brokerd/topic_configs.h"
+#include "brokerd/controller/topic_configs.h"
 #include "common/config/listeners.h"
 #include "common/config/quorum_voters.h"
 #include "common/grpc/unix_server.h"
@@ -79,7 +79,7 @@ Broker::Broker(const config::Config& config)
       storage_(loop_, grpcutil::SocketPath(config.GetString("runnel.run.dir"), "storaged")),
       append_stream_(loop_,
                      grpcutil::SocketPath(config.GetString("runnel.run.dir"), "storaged-append")),
-      appends_(loop_, storage_, AppendBatcher::kDefaultCallsInFlight,
+      appends_(loop_, storage_, partitions_, AppendBatcher::kDefaultCallsInFlight,
                AppendBatcher::kDefaultBytesPerCall,
                static_cast<uint64_t>(config.GetLong("runnel.broker.append.shared.bytes")),
                &append_stream_),

@@ -14,17 +14,17 @@
 #include <vector>
 
 #include "brokerd/admin_service.h"
-#include "brokerd/append_batcher.h"
-#include "brokerd/controller_client.h"
+#include "brokerd/controller/controller_client.h"
+#include "brokerd/controller/metadata_cache.h"
 #include "brokerd/group/coordinator.h"
 #include "brokerd/handlers/handler.h"
-#include "brokerd/metadata_cache.h"
 #include "brokerd/net/event_loop.h"
 #include "brokerd/net/kafka_server.h"
 #include "brokerd/net/uv_handle.h"
-#include "brokerd/partition_states.h"
-#include "brokerd/storage_client.h"
-#include "brokerd/storage_reconciler.h"
+#include "brokerd/storage/append_batcher.h"
+#include "brokerd/storage/partition_view.h"
+#include "brokerd/storage/storage_client.h"
+#include "brokerd/storage/storage_reconciler.h"
 #include "common/config/config.h"
 
 namespace runnel::brokerd {
@@ -77,7 +77,7 @@ class Broker {
   MetadataCache metadata_;
   ControllerClient controller_;
   StorageClient storage_;
-  PartitionStates partitions_;
+  PartitionView partitions_;
   AppendStream append_stream_;
   AppendBatcher appends_;
   BrokerContext context_;

@@ -263,8 +263,6 @@ void Shard::Write(std::vector<LogRecord> records, std::function<void(ErrorCode e
         if (!status.ok()) {
           error = CoordinatorWriteError(StorageCallError(status));
         } else {
-          // A consumer of __consumer_offsets (a lag monitor) sees the commit at once.
-          broker_.partitions.AppendAnswered(r);
           error = CoordinatorWriteError(protocol::ErrorFromWire(r.error_code()));
         }
         if (error != ErrorCode::kNone) {

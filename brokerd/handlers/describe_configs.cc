@@ -2,8 +2,8 @@
 // metadata cache and its config file (brokerd/topic_configs.h has the rules).
 #include <charconv>
 
+#include "brokerd/controller/topic_configs.h"
 #include "brokerd/handlers/handler.h"
-#include "brokerd/topic_configs.h"
 #include "common/util/topic_name.h"
 
 namespace runnel::brokerd {

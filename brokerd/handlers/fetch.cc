@@ -2,9 +2,9 @@
 // files, written to the socket with sendfile (no record byte is copied through brokerd).
 //
 // A fetch that finds less than min_bytes waits, without polling, for a change of one of its
-// partitions (PartitionStates, fed by storaged's watch stream and moved ahead by the answers
+// partitions (PartitionView, fed by storaged's watch stream and moved ahead by the answers
 // to this brokerd's appends) or for max_wait_ms, then reads again. A partition whose fetch
-// offset is its high watermark has nothing to read, and is answered from PartitionStates
+// offset is its high watermark has nothing to read, and is answered from PartitionView
 // without calling storaged, so an idle long poll costs nothing until data arrives.
 //
 // Fetch sessions (KIP-227): every fetch is answered as a full, sessionless one (session id
@@ -67,47 +67,60 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
   FetchResponse resp;
   std::vector<Part> parts;
 
-  UvTimer timer;  // while it may wait
-  bool timed_out = false;
-  bool reading = false;
-  bool done = false;
-  PartitionStates::WatchId watch = 0;
-  uint64_t cancel_id = 0;
+  // Where the fetch stands:
+  //   kAttempting  reading what PartitionView and the tails hold, on the loop; from here it
+  //                answers (kDone), calls storaged (kReading) or waits (kWaiting);
+  //   kReading     a storaged Read in flight; its answer decides as an attempt does;
+  //   kWaiting     a watch on its partitions is set; a change or the deadline attempts again;
+  //   kDone        answered (also when the broker stops); every event after it is ignored.
+  // The deadline (max_wait_ms) passing is an event, not a state: after it no attempt waits.
+  enum class State { kAttempting, kReading, kWaiting, kDone };
+  State state = State::kAttempting;
+  bool deadline_passed = false;
+  PartitionView::WatchId watch = 0;  // set only in kWaiting
+  UvTimer deadline;                  // started only for a fetch that may wait
+  uint64_t cancel_id = 0;            // its broker.cancel_on_stop entry, 0 for none
 
   FetchOp(BrokerContext& b, std::unique_ptr<RequestContext> c, Respond r)
       : broker(b), ctx(std::move(c)), respond(std::move(r)) {}
 
   // A fetch that may wait is owned by its cancel_on_stop entry until it finishes (a broker
-  // stopping answers it now); its timer holds a weak reference, the partition watch and the
-  // read in flight strong ones.
+  // stopping answers it now); its deadline timer holds a weak reference, the partition watch
+  // and the read in flight strong ones.
   void Start() {
     if (max_wait_ms > 0 && min_bytes > 0) {
       cancel_id = broker.next_cancel_id++;
       broker.cancel_on_stop.emplace(cancel_id, [op = shared_from_this()] { op->Finish(); });
-      timer.Init(broker.loop.raw());
+      deadline.Init(broker.loop.raw());
       std::weak_ptr<FetchOp> weak = shared_from_this();
-      timer.Start(static_cast<uint64_t>(max_wait_ms), 0, [weak] {
-        auto op = weak.lock();
-        if (op == nullptr) return;
-        op->timed_out = true;
-        if (op->watch != 0) {
-          op->broker.partitions.Unwatch(op->watch);
-          op->watch = 0;
+      deadline.Start(static_cast<uint64_t>(max_wait_ms), 0, [weak] {
+        if (auto op = weak.lock()) {
+          op->deadline_passed = true;
+          op->Wake();
         }
-        if (!op->reading) op->Attempt();
       });
     }
     Attempt();
   }
 
-  bool MayWait() const { return max_wait_ms > 0 && min_bytes > 0 && !timed_out; }
+  // A watched partition changed or the deadline passed: a waiting fetch attempts again; a
+  // read in flight decides when it returns (after the deadline, it answers).
+  void Wake() {
+    if (state != State::kWaiting) return;
+    if (watch != 0) broker.partitions.Unwatch(watch);
+    watch = 0;
+    Attempt();
+  }
+
+  bool MayWait() const { return max_wait_ms > 0 && min_bytes > 0 && !deadline_passed; }
   // Whether a read that found `bytes` is answered now rather than waited on.
   bool AnswerNow(int64_t bytes, bool any_error) const {
     return any_error || bytes >= min_bytes || !MayWait();
   }
 
   void Attempt() {
-    if (done) return;
+    if (state == State::kDone || state == State::kReading) return;
+    state = State::kAttempting;
     bool any_error = false;
     storage::ReadRequest read;
     std::vector<size_t> reading_parts;
@@ -155,17 +168,16 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
     }
     if (AnswerFromTail(reading_parts, any_error)) return;
     read.set_max_total_bytes(std::max(max_bytes, 1));
-    reading = true;
+    state = State::kReading;
     auto self = shared_from_this();
     broker.storage.Read(std::move(read), kReadTimeout,
                         [self, reading_parts = std::move(reading_parts), any_error](
                             const grpc::Status& status, storage::ReadResponse& result) {
-                          self->reading = false;
                           self->OnRead(status, result, reading_parts, any_error);
                         });
   }
 
-  // Answers the reads from the partitions' tails (PartitionStates::ReadTail) when every one
+  // Answers the reads from the partitions' tails (PartitionView::ReadTail) when every one
   // of them can be, spending max_bytes over the partitions in order as storaged's Read does:
   // a consumer keeping up costs no storaged call. False, with nothing changed, when one
   // cannot be; a tail whose file is gone is dropped.
@@ -215,7 +227,8 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
 
   void OnRead(const grpc::Status& status, const storage::ReadResponse& result,
               const std::vector<size_t>& reading_parts, bool any_error) {
-    if (done) return;
+    if (state != State::kReading) return;  // answered meanwhile (the broker stopping)
+    state = State::kAttempting;
     int64_t total = 0;
     bool stale = false;
     for (size_t k = 0; k < reading_parts.size(); ++k) {
@@ -260,20 +273,21 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
     keys.reserve(parts.size());
     for (const Part& p : parts) keys.emplace_back(p.name, p.in.partition);
     auto self = shared_from_this();
+    state = State::kWaiting;
     watch = broker.partitions.Watch(keys, [self] {
-      self->watch = 0;
-      if (!self->reading) self->Attempt();
+      self->watch = 0;  // a watch runs once
+      self->Wake();
     });
   }
 
   void Finish() {
-    if (done) return;
-    done = true;
+    if (state == State::kDone) return;
+    state = State::kDone;
     auto self = shared_from_this();  // the cancel_on_stop entry may hold the last reference
     if (cancel_id != 0) broker.cancel_on_stop.erase(cancel_id);
     if (watch != 0) broker.partitions.Unwatch(watch);
     watch = 0;
-    timer.Close();
+    deadline.Close();
     for (Part& p : parts) resp.responses[p.topic].partitions.push_back(std::move(p.out));
     respond(EncodeResponse(*ctx, resp));
   }
@@ -290,7 +304,7 @@ void HandleFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, Res
 
   if (req.session_id != 0) {
     op->resp.error_code = ErrorCode::kFetchSessionIdNotFound;
-    op->done = true;
+    op->state = FetchOp::State::kDone;
     return op->respond(EncodeResponse(*op->ctx, op->resp));
   }
   op->max_wait_ms = req.max_wait_ms;
@@ -329,7 +343,7 @@ void HandleFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, Res
           part.leader_epoch = p->leader_epoch;
         }
         // storaged may hold the log a moment after the metadata shows the partition: that
-        // is answered when the fetch is attempted, from PartitionStates.
+        // is answered when the fetch is attempted, from PartitionView.
         if (part.error == ErrorCode::kNotLeaderOrFollower && p != nullptr &&
             p->leader == broker.node_id) {
           part.error = ErrorCode::kNone;

@@ -12,14 +12,14 @@
 #include <unordered_map>
 #include <vector>
 
-#include "brokerd/append_batcher.h"
-#include "brokerd/controller_client.h"
+#include "brokerd/controller/controller_client.h"
+#include "brokerd/controller/metadata_cache.h"
 #include "brokerd/error_mapping.h"
-#include "brokerd/metadata_cache.h"
 #include "brokerd/net/event_loop.h"
 #include "brokerd/net/request.h"
-#include "brokerd/partition_states.h"
-#include "brokerd/storage_client.h"
+#include "brokerd/storage/append_batcher.h"
+#include "brokerd/storage/partition_view.h"
+#include "brokerd/storage/storage_client.h"
 #include "common/config/config.h"
 #include "common/config/listeners.h"
 #include "common/log/log.h"
@@ -39,7 +39,7 @@ struct BrokerContext {
   ControllerClient& controller;
   int32_t node_id;
   StorageClient& storage;
-  PartitionStates& partitions;
+  PartitionView& partitions;
   AppendBatcher& appends;
   // The group coordinator (FindCoordinator, OffsetCommit, JoinGroup, ...).
   group::Coordinator& groups;

@@ -9,9 +9,9 @@
 // never answered (a failed one closes the connection).
 #include <memory>
 
-#include "brokerd/append_batcher.h"
 #include "brokerd/handlers/handler.h"
 #include "brokerd/handlers/wait.h"
+#include "brokerd/storage/append_batcher.h"
 #include "common/record/batch.h"
 #include "common/util/big_endian.h"
 
@@ -167,9 +167,6 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
             out->error_code = StorageCallError(status);
             if (version >= 8) out->error_message = status.error_message();
           } else {
-            // Fetches waiting for these records answer now, not at the watch stream's turn,
-            // and from where the answer says they lie.
-            broker.partitions.AppendAnswered(r);
             out->error_code = protocol::ErrorFromWire(r.error_code());
             out->base_offset = r.base_offset();
             out->log_append_time_ms = r.log_append_time();

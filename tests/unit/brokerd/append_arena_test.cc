@@ -1,6 +1,6 @@
 // AppendArena's pieces without storaged: the ring allocator's reuse rules, and the arena's
 // promise never to write a block again after a failed call.
-#include "brokerd/append_arena.h"
+#include "brokerd/storage/append_arena.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

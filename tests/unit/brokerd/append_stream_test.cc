@@ -2,7 +2,7 @@
 // AppendSocketServer (answers, order, the batcher using it), and against a scripted server
 // on a plain Unix socket (a connection that breaks, an answer that never comes or does not
 // fit, reconnecting).
-#include "brokerd/append_stream.h"
+#include "brokerd/storage/append_stream.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -17,7 +17,7 @@
 #include <mutex>
 #include <thread>
 
-#include "brokerd/append_batcher.h"
+#include "brokerd/storage/append_batcher.h"
 #include "common/protocol/uuid.h"
 #include "common/util/frames.h"
 #include "storaged/append_socket.h"
@@ -186,8 +186,8 @@ TEST_F(AppendStreamTest, TheBatcherAppendsThroughTheSocketInOrder) {
   StartServer();
   auto stream = StartStream(root_ + "/a.sock");
   WaitConnected(*stream, true);
-  AppendBatcher batcher(loop_, *storage_, /*max_calls_in_flight=*/4, /*max_bytes_per_call=*/300,
-                        AppendBatcher::kDefaultSharedBytes, stream);
+  AppendBatcher batcher(loop_, *storage_, view_, /*max_calls_in_flight=*/4,
+                        /*max_bytes_per_call=*/300, AppendBatcher::kDefaultSharedBytes, stream);
   ExpectOrderedAppends(batcher);
   // 60 appends of about 100 bytes, at most 300 bytes a call: at least 20 calls, all answered
   // by the socket (none by gRPC).

@@ -8,11 +8,11 @@
 #include <atomic>
 #include <future>
 
-#include "brokerd/append_batcher.h"
-#include "brokerd/controller_client.h"
+#include "brokerd/controller/controller_client.h"
+#include "brokerd/controller/metadata_cache.h"
 #include "brokerd/handlers/handler.h"
-#include "brokerd/metadata_cache.h"
-#include "brokerd/partition_states.h"
+#include "brokerd/storage/append_batcher.h"
+#include "brokerd/storage/partition_view.h"
 #include "common/protocol/uuid.h"
 #include "tests/unit/brokerd/real_storage_fixture.h"
 
@@ -68,7 +68,7 @@ class ShardTest : public RealStorageTest {
     config_ = std::make_unique<config::Config>(std::move(*config));
     controller_ = std::make_unique<ControllerClient>(
         loop_, std::vector<std::string>{"unix:" + root_ + "/no-controller.sock"});
-    appends_ = std::make_unique<AppendBatcher>(loop_, *storage_);
+    appends_ = std::make_unique<AppendBatcher>(loop_, *storage_, partitions_);
     wiring_ = std::make_unique<Wiring>(loop_, *config_, metadata_, *controller_, *storage_,
                                        partitions_, *appends_);
     StartLoop();
@@ -169,14 +169,14 @@ class ShardTest : public RealStorageTest {
   std::unique_ptr<config::Config> config_;
   GroupConfig group_config_;
   MetadataCache metadata_;
-  PartitionStates partitions_;
+  PartitionView partitions_;
   std::unique_ptr<ControllerClient> controller_;
   std::unique_ptr<AppendBatcher> appends_;
   // The context and its coordinator, built as Broker builds them (these tests drive a Shard
   // directly; the coordinator stays idle).
   struct Wiring {
     Wiring(EventLoop& loop, const config::Config& config, MetadataCache& metadata,
-           ControllerClient& controller, StorageClient& storage, PartitionStates& partitions,
+           ControllerClient& controller, StorageClient& storage, PartitionView& partitions,
            AppendBatcher& appends)
         : context{loop, config, metadata, controller, 1, storage, partitions, appends, groups},
           groups(context) {}

@@ -1,4 +1,4 @@
-#include "brokerd/metadata_cache.h"
+#include "brokerd/controller/metadata_cache.h"
 
 #include <gtest/gtest.h>
 

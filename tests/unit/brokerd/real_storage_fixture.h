@@ -15,9 +15,10 @@
 #include <utility>
 #include <vector>
 
-#include "brokerd/append_batcher.h"
 #include "brokerd/net/event_loop.h"
-#include "brokerd/storage_client.h"
+#include "brokerd/storage/append_batcher.h"
+#include "brokerd/storage/partition_view.h"
+#include "brokerd/storage/storage_client.h"
 #include "common/grpc/unix_server.h"
 #include "common/protocol/uuid.h"
 #include "common/record/batch.h"
@@ -179,6 +180,8 @@ class RealStorageTest : public ::testing::Test {
   std::unique_ptr<grpc::Server> server_;
   EventLoop loop_;
   std::unique_ptr<StorageClient> storage_;
+  // The view the tests' batchers report their answers to (loop thread only).
+  PartitionView view_;
   std::thread loop_thread_;
 };
 

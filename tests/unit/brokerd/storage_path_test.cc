@@ -1,4 +1,4 @@
-// brokerd's side of storaged: AppendBatcher's ordering and batching, and PartitionStates fed
+// brokerd's side of storaged: AppendBatcher's ordering and batching, and PartitionView fed
 // by the real watch stream, against a real StorageService on a Unix socket.
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <optional>
 #include <set>
 
-#include "brokerd/append_batcher.h"
-#include "brokerd/partition_states.h"
+#include "brokerd/storage/append_batcher.h"
+#include "brokerd/storage/partition_view.h"
 #include "common/protocol/uuid.h"
 #include "tests/unit/brokerd/real_storage_fixture.h"
 
@@ -21,7 +21,7 @@ class StoragePathTest : public RealStorageTest {
  protected:
   // Feeds `states` from storaged's watch stream and waits until it knows `partitions`.
   // The stream goes on feeding `states` until storage_->Stop().
-  void WatchInto(PartitionStates& states, size_t partitions) {
+  void WatchInto(PartitionView& states, size_t partitions) {
     auto ready = std::make_shared<std::promise<void>>();
     auto ready_set = std::make_shared<bool>(false);
     std::future<void> known = ready->get_future();
@@ -46,14 +46,15 @@ class StoragePathTest : public RealStorageTest {
 // consecutive offsets in the order they were queued.
 TEST_F(StoragePathTest, AppendsKeepTheirOrderPerPartitionAcrossCalls) {
   CreateTopic(3);
-  AppendBatcher batcher(loop_, *storage_, /*max_calls_in_flight=*/2, /*max_bytes_per_call=*/300);
+  AppendBatcher batcher(loop_, *storage_, view_, /*max_calls_in_flight=*/2,
+                        /*max_bytes_per_call=*/300);
   ExpectOrderedAppends(batcher);
 }
 
 // A bad batch fails only its own entry, not the others sharing its call.
 TEST_F(StoragePathTest, ABadAppendFailsAlone) {
   CreateTopic(1);
-  AppendBatcher batcher(loop_, *storage_);
+  AppendBatcher batcher(loop_, *storage_, view_);
   std::promise<void> all_done;
   std::vector<int> errors(3, -1);
   int finished = 0;
@@ -84,10 +85,10 @@ TEST_F(StoragePathTest, ABadAppendFailsAlone) {
 // way and some the other) leave byte-identical logs, with the same offsets.
 TEST_F(StoragePathTest, SharedMemoryAndMessageAppendsWriteTheSameLog) {
   CreateTopic(3);
-  AppendBatcher shared(loop_, *storage_);
-  AppendBatcher inline_bytes(loop_, *storage_, AppendBatcher::kDefaultCallsInFlight,
+  AppendBatcher shared(loop_, *storage_, view_);
+  AppendBatcher inline_bytes(loop_, *storage_, view_, AppendBatcher::kDefaultCallsInFlight,
                              AppendBatcher::kDefaultBytesPerCall, /*shared_bytes=*/0);
-  AppendBatcher small(loop_, *storage_, AppendBatcher::kDefaultCallsInFlight,
+  AppendBatcher small(loop_, *storage_, view_, AppendBatcher::kDefaultCallsInFlight,
                       AppendBatcher::kDefaultBytesPerCall, /*shared_bytes=*/8192);
   AppendBatcher* batchers[] = {&shared, &inline_bytes, &small};
   constexpr int kAppends = 40;
@@ -138,7 +139,7 @@ TEST_F(StoragePathTest, SharedMemoryAndMessageAppendsWriteTheSameLog) {
 // which a copy would have left at 0. A frame over an eighth of the region is not placed.
 TEST_F(StoragePathTest, BatchesInAReservedBlockAreAppendedWhereTheyLie) {
   CreateTopic(1);
-  AppendBatcher batcher(loop_, *storage_, AppendBatcher::kDefaultCallsInFlight,
+  AppendBatcher batcher(loop_, *storage_, view_, AppendBatcher::kDefaultCallsInFlight,
                         AppendBatcher::kDefaultBytesPerCall, /*shared_bytes=*/1 << 20);
   const std::string first = Batch(3, "first");
   const std::string second = Batch(2, "second");
@@ -189,15 +190,15 @@ TEST_F(StoragePathTest, BatchesInAReservedBlockAreAppendedWhereTheyLie) {
   OnLoop([&] { frame.reset(); });
 }
 
-// The watch stream's snapshot and changes reach PartitionStates, and a Watch on a partition
+// The watch stream's snapshot and changes reach PartitionView, and a Watch on a partition
 // fires when an append moves its end.
 TEST_F(StoragePathTest, WatchFiresWhenAPartitionGrows) {
   CreateTopic(2);
-  PartitionStates states;
+  PartitionView states;
   WatchInto(states, 2);
   if (HasFatalFailure()) return;
   std::promise<int64_t> fired;
-  AppendBatcher batcher(loop_, *storage_);
+  AppendBatcher batcher(loop_, *storage_, view_);
   // Both appends' answers are awaited before the batcher goes out of scope.
   std::promise<void> answered[2];
   OnLoop([&] {
@@ -246,13 +247,14 @@ TEST_F(StoragePathTest, TheTailAnswersAsStoragedsReadDoes) {
   spec->set_topic_id(protocol::Uuid::Random().ToString());
   (*spec->mutable_configs())["segment.bytes"] = "3000";  // a roll every few appends
   CreatePartitions(create);
-  PartitionStates states;
+  PartitionView states;
   WatchInto(states, 1);
   if (HasFatalFailure()) return;
 
   // 24 appends of 1-4 records of 100-700 bytes, answered in order into the tail.
   constexpr int kAppends = 24;
-  AppendBatcher batcher(loop_, *storage_);
+  // The batcher reports every answer to `states` itself.
+  AppendBatcher batcher(loop_, *storage_, states);
   std::promise<void> all_done;
   int finished = 0;
   OnLoop([&] {
@@ -265,7 +267,6 @@ TEST_F(StoragePathTest, TheTailAnswersAsStoragedsReadDoes) {
                      [&](const grpc::Status& s, const storage::AppendPartitionResult& r) {
                        EXPECT_TRUE(s.ok()) << s.error_message();
                        EXPECT_EQ(r.error_code(), 0) << r.error_message();
-                       states.AppendAnswered(r);
                        if (++finished == kAppends) all_done.set_value();
                      });
     }
@@ -278,7 +279,7 @@ TEST_F(StoragePathTest, TheTailAnswersAsStoragedsReadDoes) {
     end = p->high_watermark;
     EXPECT_EQ(p->tail.size(), static_cast<size_t>(kAppends));
     std::set<std::string> paths;
-    for (const TailAppend& a : p->tail) paths.insert(a.segment->path);
+    for (const TailAppend& a : p->tail.appends()) paths.insert(a.segment->path);
     tail_files = paths.size();
   });
   EXPECT_GT(tail_files, 2u);  // the appends rolled segments
@@ -366,7 +367,7 @@ storage::PartitionChange Change(const std::string& topic, int32_t partition,
 // The layout version moves when which logs exist changes, and not when offsets move (the
 // group coordinator reconciles on it, and appends change offsets all the time).
 TEST(PartitionStatesTest, LayoutVersionIgnoresOffsetOnlyChanges) {
-  PartitionStates states;
+  PartitionView states;
   const uint64_t v0 = states.layout_version();
   states.Apply(Change("t", 0, "id1", 0), /*snapshot=*/true);
   const uint64_t v1 = states.layout_version();

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "brokerd/net/event_loop.h"
-#include "brokerd/storage_client.h"
+#include "brokerd/storage/storage_client.h"
 #include "common/grpc/unix_server.h"
 #include "proto/runnel/storage.grpc.pb.h"
 

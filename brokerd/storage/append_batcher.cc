@@ -1,4 +1,4 @@
-#include "brokerd/append_batcher.h"
+#include "brokerd/storage/append_batcher.h"
 
 #include <algorithm>
 #include <unordered_set>
@@ -13,10 +13,12 @@ uint64_t RecordBytes(const storage::AppendPartition& p) {
 
 }  // namespace
 
-AppendBatcher::AppendBatcher(EventLoop& loop, StorageClient& storage, size_t max_calls_in_flight,
-                             size_t max_bytes_per_call, uint64_t shared_bytes, AppendStream* stream)
+AppendBatcher::AppendBatcher(EventLoop& loop, StorageClient& storage, PartitionView& view,
+                             size_t max_calls_in_flight, size_t max_bytes_per_call,
+                             uint64_t shared_bytes, AppendStream* stream)
     : loop_(loop),
       storage_(storage),
+      view_(view),
       stream_(stream),
       arena_(shared_bytes),
       max_calls_in_flight_(max_calls_in_flight),
@@ -102,7 +104,9 @@ void AppendBatcher::Flush() {
         if (i >= static_cast<size_t>(resp.partitions_size())) {
           e.done(short_answer, none);
         } else {
-          e.done(status, resp.partitions(static_cast<int>(i)));
+          const storage::AppendPartitionResult& r = resp.partitions(static_cast<int>(i));
+          view_.AppendAnswered(r);
+          e.done(status, r);
         }
       }
       Flush();

@@ -1,4 +1,4 @@
-#include "brokerd/topic_configs.h"
+#include "brokerd/controller/topic_configs.h"
 
 #include <fmt/format.h>
 

@@ -11,10 +11,10 @@
 #include <map>
 #include <string>
 
-#include "brokerd/metadata_cache.h"
+#include "brokerd/controller/metadata_cache.h"
 #include "brokerd/net/uv_handle.h"
-#include "brokerd/partition_states.h"
-#include "brokerd/storage_client.h"
+#include "brokerd/storage/partition_view.h"
+#include "brokerd/storage/storage_client.h"
 
 namespace runnel::brokerd {
 
@@ -24,7 +24,7 @@ class StorageReconciler {
   using ConfigsFor =
       std::function<std::map<std::string, std::string>(const MetadataCache&, const TopicInfo&)>;
 
-  StorageReconciler(EventLoop& loop, const MetadataCache& metadata, PartitionStates& states,
+  StorageReconciler(EventLoop& loop, const MetadataCache& metadata, PartitionView& states,
                     StorageClient& storage, int32_t node_id, ConfigsFor configs_for);
   ~StorageReconciler();
 
@@ -43,7 +43,7 @@ class StorageReconciler {
 
   EventLoop& loop_;
   const MetadataCache& metadata_;
-  PartitionStates& states_;
+  PartitionView& states_;
   StorageClient& storage_;
   int32_t node_id_;
   ConfigsFor configs_for_;

@@ -1,4 +1,4 @@
-#include "brokerd/append_stream.h"
+#include "brokerd/storage/append_stream.h"
 
 #include <fmt/format.h>
 

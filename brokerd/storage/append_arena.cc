@@ -1,4 +1,4 @@
-#include "brokerd/append_arena.h"
+#include "brokerd/storage/append_arena.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "brokerd/storage_reconciler.h"
+#include "brokerd/storage/storage_reconciler.h"
 
 #include <algorithm>
 
@@ -39,8 +39,8 @@ bool Settled(const storage::PartitionResult& r) {
 }  // namespace
 
 StorageReconciler::StorageReconciler(EventLoop& loop, const MetadataCache& metadata,
-                                     PartitionStates& states, StorageClient& storage,
-                                     int32_t node_id, ConfigsFor configs_for)
+                                     PartitionView& states, StorageClient& storage, int32_t node_id,
+                                     ConfigsFor configs_for)
     : loop_(loop),
       metadata_(metadata),
       states_(states),

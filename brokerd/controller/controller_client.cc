@@ -1,4 +1,4 @@
-#include "brokerd/controller_client.h"
+#include "brokerd/controller/controller_client.h"
 
 #include <condition_variable>
 #include <mutex>

@@ -1,5 +1,5 @@
-// PartitionStates: the watch stream's messages and the append answers that run ahead of them.
-#include "brokerd/partition_states.h"
+// PartitionView: the watch stream's messages and the append answers that run ahead of them.
+#include "brokerd/storage/partition_view.h"
 
 #include <gtest/gtest.h>
 
@@ -31,7 +31,7 @@ class PartitionStatesAdvanceTest : public ::testing::Test {
   }
   int64_t Hw() const { return states_.Find("t", 0)->high_watermark; }
 
-  PartitionStates states_;
+  PartitionView states_;
   int fired_ = 0;
   int listener_runs_ = 0;
 };
@@ -172,7 +172,7 @@ class PartitionStatesTailTest : public ::testing::Test {
     return out;
   }
 
-  PartitionStates states_;
+  PartitionView states_;
   std::string path_ = "/seg0";
   int64_t position_ = 0;
 };
@@ -249,13 +249,13 @@ TEST_F(PartitionStatesTailTest, AppendsAcrossARollAreOneRangePerFile) {
 }
 
 TEST_F(PartitionStatesTailTest, TheTailIsBounded) {
-  Append(static_cast<int>(PartitionStates::kTailAppends) + 10, 10);
-  EXPECT_EQ(states_.Find("t", 0)->tail.size(), PartitionStates::kTailAppends);
+  Append(static_cast<int>(AppendTail::kMaxAppends) + 10, 10);
+  EXPECT_EQ(states_.Find("t", 0)->tail.size(), AppendTail::kMaxAppends);
   EXPECT_EQ(Read(9, 1 << 20), "none");  // aged out: storaged's
   EXPECT_NE(Read(10, 1 << 20), "none");
-  const int32_t big = static_cast<int32_t>(PartitionStates::kTailBytes / 4);
+  const int32_t big = static_cast<int32_t>(AppendTail::kMaxBytes / 4);
   Append(5, big);
-  EXPECT_LE(states_.Find("t", 0)->tail_bytes, PartitionStates::kTailBytes);
+  EXPECT_LE(states_.Find("t", 0)->tail.bytes(), AppendTail::kMaxBytes);
   EXPECT_EQ(states_.Find("t", 0)->tail.size(), 4u);
 }
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "brokerd/metadata_cache.h"
+#include "brokerd/controller/metadata_cache.h"
 #include "common/config/config.h"
 
 namespace runnel::brokerd {

@@ -10,6 +10,10 @@
 // there is room (where they are, when the request was read into it), and in the message
 // otherwise. A call goes over the append stream
 // (append_stream.h) when one is given and connected, and as a gRPC Append otherwise.
+//
+// Every answer is reported to the partition view (PartitionView::AppendAnswered) before the
+// caller hears of it, so that fetches waiting for the records answer at once and from where
+// the answer says they lie; callers (produce, the group coordinator) need not remember to.
 #pragma once
 
 #include <chrono>
@@ -18,11 +22,12 @@
 #include <span>
 #include <unordered_map>
 
-#include "brokerd/append_arena.h"
-#include "brokerd/append_stream.h"
 #include "brokerd/net/event_loop.h"
-#include "brokerd/partition_states.h"
-#include "brokerd/storage_client.h"
+#include "brokerd/storage/append_arena.h"
+#include "brokerd/storage/append_stream.h"
+#include "brokerd/storage/partition_key.h"
+#include "brokerd/storage/partition_view.h"
+#include "brokerd/storage/storage_client.h"
 
 namespace runnel::brokerd {
 
@@ -35,9 +40,10 @@ class AppendBatcher {
   static constexpr size_t kDefaultBytesPerCall = 16 << 20;
   static constexpr uint64_t kDefaultSharedBytes = 64 << 20;
 
+  // `view`: told of every answer; it must outlive this.
   // `shared_bytes`: the size of the shared memory region for record bytes, 0 for none.
   // `stream`: the append stream to prefer over gRPC, or nullptr; it must outlive this.
-  AppendBatcher(EventLoop& loop, StorageClient& storage,
+  AppendBatcher(EventLoop& loop, StorageClient& storage, PartitionView& view,
                 size_t max_calls_in_flight = kDefaultCallsInFlight,
                 size_t max_bytes_per_call = kDefaultBytesPerCall,
                 uint64_t shared_bytes = kDefaultSharedBytes, AppendStream* stream = nullptr);
@@ -75,6 +81,7 @@ class AppendBatcher {
 
   EventLoop& loop_;
   StorageClient& storage_;
+  PartitionView& view_;
   AppendStream* stream_;
   AppendArena arena_;
   size_t max_calls_in_flight_;

@@ -1,4 +1,4 @@
-#include "brokerd/storage_client.h"
+#include "brokerd/storage/storage_client.h"
 
 #include "common/grpc/unix_server.h"
 #include "common/log/log.h"

@@ -1,0 +1,131 @@
+#include "brokerd/storage/partition_view.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace runnel::brokerd {
+
+void PartitionView::Apply(const storage::PartitionChange& change, bool snapshot) {
+  std::vector<PartitionKey> changed;
+  if (snapshot) {
+    partitions_.clear();
+    ++layout_version_;
+  }
+  for (const storage::PartitionState& s : change.partitions()) {
+    PartitionKey key(s.topic(), s.partition());
+    if (s.deleted()) {
+      if (partitions_.erase(key) > 0) ++layout_version_;
+    } else {
+      auto [it, added] = partitions_.try_emplace(key);
+      StoredPartition& p = it->second;
+      const bool same_log = !added && p.topic_id == s.topic_id();
+      if (!same_log) {
+        ++layout_version_;
+        p.tail.Clear();
+      }
+      p.topic_id = s.topic_id();
+      // A message taken before an append or a DeleteRecords whose answer came first must not
+      // set the offsets back: a fetch at the high watermark would wait for the next change
+      // with the records there, one below the log start would be answered. The log is never
+      // cut while storaged runs (a restart comes as a snapshot), so within one log they only
+      // grow.
+      const bool grow_only = same_log && !snapshot;
+      p.log_start_offset =
+          grow_only ? std::max(p.log_start_offset, s.log_start_offset()) : s.log_start_offset();
+      p.log_end_offset =
+          grow_only ? std::max(p.log_end_offset, s.log_end_offset()) : s.log_end_offset();
+      p.high_watermark =
+          grow_only ? std::max(p.high_watermark, s.high_watermark()) : s.high_watermark();
+      p.size_bytes = s.size_bytes();
+      p.tail.DropBelow(p.log_start_offset);
+    }
+    if (!snapshot) changed.push_back(std::move(key));
+  }
+  ready_ = true;
+  if (snapshot) {
+    waiters_.FireAll();
+  } else {
+    for (const PartitionKey& key : changed) waiters_.Fire(key);
+  }
+  Notify();
+}
+
+void PartitionView::Advance(const std::string& topic, int32_t partition,
+                            const std::string& topic_id, int64_t high_watermark) {
+  PartitionKey key(topic, partition);
+  auto it = partitions_.find(key);
+  if (it == partitions_.end() || it->second.topic_id != topic_id) return;
+  StoredPartition& p = it->second;
+  if (high_watermark <= p.high_watermark) return;
+  p.high_watermark = high_watermark;
+  p.log_end_offset = std::max(p.log_end_offset, high_watermark);
+  waiters_.Fire(key);
+}
+
+void PartitionView::Appended(const std::string& topic, int32_t partition,
+                             const std::string& topic_id, int64_t base_offset, int64_t last_offset,
+                             const storage::FileRange& range) {
+  auto it = partitions_.find(PartitionKey(topic, partition));
+  if (it == partitions_.end() || it->second.topic_id != topic_id) return;
+  it->second.tail.Add(base_offset, last_offset, range);
+}
+
+std::optional<std::vector<TailSlice>> PartitionView::ReadTail(const std::string& topic,
+                                                              int32_t partition, int64_t offset,
+                                                              int64_t max_bytes,
+                                                              bool min_one) const {
+  const StoredPartition* p = Find(topic, partition);
+  if (p == nullptr) return std::nullopt;
+  return p->tail.Read(offset, max_bytes, min_one, p->log_start_offset, p->high_watermark);
+}
+
+void PartitionView::AppendAnswered(const storage::AppendPartitionResult& r) {
+  if (r.error_code() != 0) return;
+  Appended(r.topic(), r.partition(), r.topic_id(), r.base_offset(), r.last_offset(), r.range());
+  Advance(r.topic(), r.partition(), r.topic_id(), r.high_watermark());
+}
+
+void PartitionView::RaiseLogStart(const std::string& topic, int32_t partition,
+                                  int64_t log_start_offset) {
+  auto it = partitions_.find(PartitionKey(topic, partition));
+  if (it == partitions_.end() || log_start_offset <= it->second.log_start_offset) return;
+  it->second.log_start_offset = log_start_offset;
+  it->second.tail.DropBelow(log_start_offset);
+}
+
+void PartitionView::DropTail(const std::string& topic, int32_t partition) {
+  auto it = partitions_.find(PartitionKey(topic, partition));
+  if (it != partitions_.end()) it->second.tail.Clear();
+}
+
+void PartitionView::Notify() {
+  if (layout_version_ != notified_layout_version_) {
+    notified_layout_version_ = layout_version_;
+    for (const auto& fn : layout_listeners_) fn();
+  }
+  auto once = std::move(next_change_);
+  next_change_.clear();
+  for (const auto& fn : once) fn();
+}
+
+void PartitionView::MarkLost() {
+  ready_ = false;
+  partitions_.clear();
+  ++layout_version_;
+  waiters_.FireAll();
+  Notify();
+}
+
+const StoredPartition* PartitionView::Find(const std::string& topic, int32_t partition) const {
+  auto it = partitions_.find(PartitionKey(topic, partition));
+  return it == partitions_.end() ? nullptr : &it->second;
+}
+
+PartitionView::WatchId PartitionView::Watch(const std::vector<PartitionKey>& keys,
+                                            std::function<void()> fn) {
+  return waiters_.Watch(keys, std::move(fn));
+}
+
+void PartitionView::Unwatch(WatchId id) { waiters_.Unwatch(id); }
+
+}  // namespace runnel::brokerd
