@@ -1,5 +1,5 @@
 // DescribeConfigs (key 32), v1-v4: topic and broker configs, answered from this broker's
-// metadata cache and its config file (brokerd/topic_configs.h has the rules).
+// metadata cache and its config file (brokerd/controller/topic_configs.h has the rules).
 #include <charconv>
 
 #include "brokerd/controller/topic_configs.h"

@@ -47,7 +47,7 @@ std::vector<std::string_view> NodeKeyGroup(std::string_view node_key);
 
 // The node keys Runnel applies when AlterConfigs changes them on a broker resource (per broker
 // or cluster-wide): the node defaults of topic configs, because those reach storaged as topic
-// configs (brokerd/topic_configs.h). Kafka allows more keys to change at runtime; Runnel
+// configs (brokerd/controller/topic_configs.h). Kafka allows more keys to change at runtime; Runnel
 // refuses the ones it cannot apply with Kafka's "Cannot update these configs dynamically".
 bool IsDynamicNodeKey(std::string_view name);
 
