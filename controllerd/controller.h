@@ -12,6 +12,9 @@
 // means the controller could not do the work: FailedPrecondition = this node does not lead
 // (nothing was written; IsNotLeader), Unavailable = shut down, a fatal log error, or a lost
 // leadership, DeadlineExceeded = not committed in time.
+//
+// Defined in controller.cc (the core: apply, commit, watchers) and beside it by concern:
+// controller_topics.cc, controller_brokers.cc, controller_configs.cc.
 #pragma once
 
 #include <chrono>

@@ -1,0 +1,16 @@
+// What the files of the Controller class share (controller.cc, controller_topics.cc,
+// controller_brokers.cc, controller_configs.cc). Not an interface: include it only there.
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <memory>
+
+#include "common/log/log.h"
+
+namespace runnel::controllerd::internal {
+
+// The controller's logger, "controllerd.controller".
+inline std::shared_ptr<spdlog::logger> Logger() { return log::Get("controllerd.controller"); }
+
+}  // namespace runnel::controllerd::internal
