@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -212,6 +213,26 @@ class Controller final : private Quorum::StateMachine {
   void AddPartitionRecordsLocked(const std::string& topic_id, int32_t first_partition,
                                  const std::vector<std::vector<int32_t>>& placement,
                                  metadata::MetadataRecordBatch* batch) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // CreateTopics' steps for one topic (controller_topics.cc). Each check gives the Kafka error
+  // refusing the topic, or nullopt.
+  // Its placement: the manual assignment when it has one, else num_partitions x
+  // replication_factor (-1: the defaults) placed by PlaceReplicasLocked.
+  std::optional<protocol::KafkaError> PlaceNewTopicLocked(
+      const controller::CreatableTopic& topic, const std::vector<int32_t>& unfenced,
+      std::vector<std::vector<int32_t>>* placement) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Its manual assignment checked with Kafka's rules and messages.
+  std::optional<protocol::KafkaError> PlaceNewTopicManuallyLocked(
+      const controller::CreatableTopic& topic, std::vector<std::vector<int32_t>>* placement) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Its TopicRecord, ConfigRecords and PartitionRecords under a new topic id, one neither in
+  // the image nor in `new_ids` (which gets it); returns the id.
+  std::string AddTopicRecordsLocked(const std::string& name,
+                                    const std::map<std::string, std::string>& configs,
+                                    const std::vector<std::vector<int32_t>>& placement,
+                                    std::set<std::string>* new_ids,
+                                    metadata::MetadataRecordBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // One AlterConfigs resource: its ConfigRecords appended to `records`, or the Kafka error

@@ -154,6 +154,174 @@ void Controller::AddPartitionRecordsLocked(const std::string& topic_id, int32_t 
 }
 // ---- CreateTopics -----------------------------------------------------------------------
 
+namespace {
+
+// The names a CreateTopics request checks each topic's name against.
+struct TopicNames {
+  std::map<std::string, int> counts;  // how often each name is in the request
+  // Existing and to-be-created names with '.' unified to '_', for the collision check.
+  std::map<std::string, std::string> unified;
+};
+
+// Kafka's checks of a new topic's name: unique in the request, legal, not taken, not
+// colliding with another topic's.
+std::optional<protocol::KafkaError> NewTopicNameError(const std::string& name,
+                                                      const TopicNames& names,
+                                                      const MetadataImage& image) {
+  if (names.counts.at(name) > 1) {
+    return protocol::KafkaError{ErrorCode::kInvalidRequest, "Duplicate topic name."};
+  }
+  if (std::string why = TopicNameError(name); !why.empty()) {
+    return protocol::KafkaError{ErrorCode::kInvalidTopicException, why};
+  }
+  if (image.TopicByName(name) != nullptr) {
+    return protocol::KafkaError{ErrorCode::kTopicAlreadyExists,
+                                fmt::format("Topic '{}' already exists.", name)};
+  }
+  if (auto it = names.unified.find(UnifyCollisionChars(name)); it != names.unified.end()) {
+    return protocol::KafkaError{
+        ErrorCode::kInvalidTopicException,
+        fmt::format("Topic '{}' collides with existing topic: {}", name, it->second)};
+  }
+  return std::nullopt;
+}
+
+// The topic's configs into `configs` (a later duplicate of a key wins, as Kafka's request map
+// does), checked whole.
+std::optional<protocol::KafkaError> ParseTopicConfigs(const controller::CreatableTopic& t,
+                                                      std::map<std::string, std::string>* configs) {
+  std::string config_error;
+  for (const auto& c : t.configs()) {
+    if (!c.has_value()) {
+      config_error = fmt::format("Null value not supported for topic configs: {}", c.name());
+      break;
+    }
+    (*configs)[c.name()] = c.value();
+  }
+  if (config_error.empty()) {
+    if (Status st = config::ValidateTopicConfigs(*configs); !st.ok()) {
+      config_error = std::string(st.message());
+    }
+  }
+  if (!config_error.empty()) return protocol::KafkaError{ErrorCode::kInvalidConfig, config_error};
+  return std::nullopt;
+}
+
+// The answer for a created (or, with validate_only, creatable) topic.
+void SetCreated(controller::CreatableTopicResult* r, const std::string& id,
+                const std::map<std::string, std::string>& configs,
+                const std::vector<std::vector<int32_t>>& placement) {
+  r->set_error_code(0);
+  r->clear_error_message();
+  r->set_topic_id(id);
+  r->set_num_partitions(static_cast<int32_t>(placement.size()));
+  r->set_replication_factor(static_cast<int32_t>(placement.front().size()));
+  for (const auto& [key, value] : config::EffectiveTopicConfigs(configs)) {
+    auto* c = r->add_configs();
+    c->set_name(key);
+    c->set_value(value);
+    c->set_read_only(false);
+    c->set_config_source(configs.count(key) ? controller::DYNAMIC_TOPIC_CONFIG
+                                            : controller::DEFAULT_CONFIG);
+    c->set_is_sensitive(false);
+  }
+}
+
+}  // namespace
+
+std::optional<protocol::KafkaError> Controller::PlaceNewTopicLocked(
+    const controller::CreatableTopic& t, const std::vector<int32_t>& unfenced,
+    std::vector<std::vector<int32_t>>* placement) {
+  if (!t.assignments().empty()) return PlaceNewTopicManuallyLocked(t, placement);
+  if (t.replication_factor() < -1 || t.replication_factor() == 0) {
+    return protocol::KafkaError{
+        ErrorCode::kInvalidReplicationFactor,
+        "Replication factor must be larger than 0, or -1 to use the default value."};
+  }
+  if (t.num_partitions() < -1 || t.num_partitions() == 0) {
+    return protocol::KafkaError{ErrorCode::kInvalidPartitions,
+                                "Number of partitions was set to an invalid non-positive value."};
+  }
+  int32_t partitions =
+      t.num_partitions() == -1 ? options_.default_num_partitions : t.num_partitions();
+  int32_t rf =
+      t.replication_factor() == -1 ? options_.default_replication_factor : t.replication_factor();
+  if (partitions > kMaxPartitionsPerTopic) {
+    return protocol::KafkaError{
+        ErrorCode::kInvalidPartitions,
+        fmt::format("Number of partitions {} is more than the {} a topic may have.", partitions,
+                    kMaxPartitionsPerTopic)};
+  }
+  std::string error;
+  *placement = PlaceReplicasLocked(partitions, rf, unfenced, &error);
+  if (!error.empty()) return protocol::KafkaError{ErrorCode::kInvalidReplicationFactor, error};
+  return std::nullopt;
+}
+
+std::optional<protocol::KafkaError> Controller::PlaceNewTopicManuallyLocked(
+    const controller::CreatableTopic& t, std::vector<std::vector<int32_t>>* placement) const {
+  if (t.replication_factor() != -1) {
+    return protocol::KafkaError{ErrorCode::kInvalidRequest,
+                                "A manual partition assignment was specified, but replication "
+                                "factor was not set to -1."};
+  }
+  if (t.num_partitions() != -1) {
+    return protocol::KafkaError{ErrorCode::kInvalidRequest,
+                                "A manual partition assignment was specified, but numPartitions "
+                                "was not set to -1."};
+  }
+  std::map<int32_t, std::vector<int32_t>> by_partition;
+  std::optional<size_t> replica_count;
+  std::string error;
+  for (const auto& a : t.assignments()) {
+    if (by_partition.count(a.partition_index())) {
+      error = fmt::format("Found multiple manual partition assignments for partition {}",
+                          a.partition_index());
+      break;
+    }
+    std::vector<int32_t> replicas(a.broker_ids().begin(), a.broker_ids().end());
+    error = ManualAssignmentErrorLocked(replicas, a.partition_index(), replica_count);
+    if (!error.empty()) break;
+    replica_count = replicas.size();
+    by_partition[a.partition_index()] = std::move(replicas);
+  }
+  if (error.empty()) {
+    for (int32_t i = 0; i < static_cast<int32_t>(by_partition.size()); ++i) {
+      if (!by_partition.count(i)) {
+        error = "partitions should be a consecutive 0-based integer sequence";
+        break;
+      }
+    }
+  }
+  if (!error.empty()) return protocol::KafkaError{ErrorCode::kInvalidReplicaAssignment, error};
+  for (auto& [index, replicas] : by_partition) placement->push_back(std::move(replicas));
+  return std::nullopt;
+}
+
+std::string Controller::AddTopicRecordsLocked(const std::string& name,
+                                              const std::map<std::string, std::string>& configs,
+                                              const std::vector<std::vector<int32_t>>& placement,
+                                              std::set<std::string>* new_ids,
+                                              metadata::MetadataRecordBatch* batch) {
+  std::string id;
+  do {
+    id = uuids_.Next();
+  } while (image_.TopicById(id) != nullptr || new_ids->count(id));
+  new_ids->insert(id);
+  auto* tr = batch->add_records()->mutable_topic();
+  tr->set_name(name);
+  tr->set_topic_id(id);
+  for (const auto& [key, value] : configs) {
+    auto* c = batch->add_records()->mutable_config();
+    c->set_resource_type(metadata::CONFIG_RESOURCE_TOPIC);
+    c->set_resource_name(name);
+    c->set_name(key);
+    c->set_value(value);
+  }
+  AddPartitionRecordsLocked(id, 0, placement, batch);
+  return id;
+}
+
 StatusOr<controller::CreateTopicsResponse> Controller::CreateTopics(
     const controller::CreateTopicsRequest& request, Deadline deadline) {
   deadline = Resolve(deadline);
@@ -162,11 +330,9 @@ StatusOr<controller::CreateTopicsResponse> Controller::CreateTopics(
   MutexLock lock(&mu_);
   RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
 
-  std::map<std::string, int> name_counts;
-  for (const auto& t : request.topics()) ++name_counts[t.name()];
-  // Existing and to-be-created names with '.' unified to '_', for the collision check.
-  std::map<std::string, std::string> unified;
-  for (const auto& [name, topic] : image_.topics()) unified[UnifyCollisionChars(name)] = name;
+  TopicNames names;
+  for (const auto& t : request.topics()) ++names.counts[t.name()];
+  for (const auto& [name, topic] : image_.topics()) names.unified[UnifyCollisionChars(name)] = name;
   std::set<std::string> new_ids;
   const std::vector<int32_t> unfenced = UnfencedBrokersLocked();
 
@@ -180,151 +346,22 @@ StatusOr<controller::CreateTopicsResponse> Controller::CreateTopics(
     r->set_num_partitions(-1);
     r->set_replication_factor(-1);
 
-    if (name_counts[t.name()] > 1) {
-      SetError(r, ErrorCode::kInvalidRequest, "Duplicate topic name.");
-      continue;
-    }
-    if (std::string why = TopicNameError(t.name()); !why.empty()) {
-      SetError(r, ErrorCode::kInvalidTopicException, why);
-      continue;
-    }
-    if (image_.TopicByName(t.name()) != nullptr) {
-      SetError(r, ErrorCode::kTopicAlreadyExists,
-               fmt::format("Topic '{}' already exists.", t.name()));
-      continue;
-    }
-    if (auto it = unified.find(UnifyCollisionChars(t.name())); it != unified.end()) {
-      SetError(r, ErrorCode::kInvalidTopicException,
-               fmt::format("Topic '{}' collides with existing topic: {}", t.name(), it->second));
-      continue;
-    }
-
-    // Configs (a later duplicate of a key wins, as Kafka's request map does).
+    // Name, configs, placement: the first error refuses the topic.
     std::map<std::string, std::string> configs;
-    std::string config_error;
-    for (const auto& c : t.configs()) {
-      if (!c.has_value()) {
-        config_error = fmt::format("Null value not supported for topic configs: {}", c.name());
-        break;
-      }
-      configs[c.name()] = c.value();
-    }
-    if (config_error.empty()) {
-      if (Status st = config::ValidateTopicConfigs(configs); !st.ok()) {
-        config_error = std::string(st.message());
-      }
-    }
-    if (!config_error.empty()) {
-      SetError(r, ErrorCode::kInvalidConfig, config_error);
+    std::vector<std::vector<int32_t>> placement;
+    std::optional<protocol::KafkaError> error = NewTopicNameError(t.name(), names, image_);
+    if (!error) error = ParseTopicConfigs(t, &configs);
+    if (!error) error = PlaceNewTopicLocked(t, unfenced, &placement);
+    if (error) {
+      SetError(r, error->code, std::move(error->message));
       continue;
     }
-
-    // Placement: replicas per partition.
-    std::vector<std::vector<int32_t>> placement;
-    if (!t.assignments().empty()) {
-      if (t.replication_factor() != -1) {
-        SetError(r, ErrorCode::kInvalidRequest,
-                 "A manual partition assignment was specified, but replication factor was not "
-                 "set to -1.");
-        continue;
-      }
-      if (t.num_partitions() != -1) {
-        SetError(r, ErrorCode::kInvalidRequest,
-                 "A manual partition assignment was specified, but numPartitions was not set "
-                 "to -1.");
-        continue;
-      }
-      std::map<int32_t, std::vector<int32_t>> by_partition;
-      std::optional<size_t> replica_count;
-      std::string error;
-      for (const auto& a : t.assignments()) {
-        if (by_partition.count(a.partition_index())) {
-          error = fmt::format("Found multiple manual partition assignments for partition {}",
-                              a.partition_index());
-          break;
-        }
-        std::vector<int32_t> replicas(a.broker_ids().begin(), a.broker_ids().end());
-        error = ManualAssignmentErrorLocked(replicas, a.partition_index(), replica_count);
-        if (!error.empty()) break;
-        replica_count = replicas.size();
-        by_partition[a.partition_index()] = std::move(replicas);
-      }
-      if (error.empty()) {
-        for (int32_t i = 0; i < static_cast<int32_t>(by_partition.size()); ++i) {
-          if (!by_partition.count(i)) {
-            error = "partitions should be a consecutive 0-based integer sequence";
-            break;
-          }
-        }
-      }
-      if (!error.empty()) {
-        SetError(r, ErrorCode::kInvalidReplicaAssignment, error);
-        continue;
-      }
-      for (auto& [index, replicas] : by_partition) placement.push_back(std::move(replicas));
-    } else {
-      if (t.replication_factor() < -1 || t.replication_factor() == 0) {
-        SetError(r, ErrorCode::kInvalidReplicationFactor,
-                 "Replication factor must be larger than 0, or -1 to use the default value.");
-        continue;
-      }
-      if (t.num_partitions() < -1 || t.num_partitions() == 0) {
-        SetError(r, ErrorCode::kInvalidPartitions,
-                 "Number of partitions was set to an invalid non-positive value.");
-        continue;
-      }
-      int32_t partitions =
-          t.num_partitions() == -1 ? options_.default_num_partitions : t.num_partitions();
-      int32_t rf = t.replication_factor() == -1 ? options_.default_replication_factor
-                                                : t.replication_factor();
-      if (partitions > kMaxPartitionsPerTopic) {
-        SetError(r, ErrorCode::kInvalidPartitions,
-                 fmt::format("Number of partitions {} is more than the {} a topic may have.",
-                             partitions, kMaxPartitionsPerTopic));
-        continue;
-      }
-      std::string error;
-      placement = PlaceReplicasLocked(partitions, rf, unfenced, &error);
-      if (!error.empty()) {
-        SetError(r, ErrorCode::kInvalidReplicationFactor, error);
-        continue;
-      }
-    }
-
-    // Valid: build the records.
     std::string id = kZeroUuid;
     if (!request.validate_only()) {
-      do {
-        id = uuids_.Next();
-      } while (image_.TopicById(id) != nullptr || new_ids.count(id));
-      new_ids.insert(id);
-      auto* tr = batch.add_records()->mutable_topic();
-      tr->set_name(t.name());
-      tr->set_topic_id(id);
-      for (const auto& [key, value] : configs) {
-        auto* c = batch.add_records()->mutable_config();
-        c->set_resource_type(metadata::CONFIG_RESOURCE_TOPIC);
-        c->set_resource_name(t.name());
-        c->set_name(key);
-        c->set_value(value);
-      }
-      AddPartitionRecordsLocked(id, 0, placement, &batch);
+      id = AddTopicRecordsLocked(t.name(), configs, placement, &new_ids, &batch);
     }
-    unified[UnifyCollisionChars(t.name())] = t.name();
-    r->set_error_code(0);
-    r->clear_error_message();
-    r->set_topic_id(id);
-    r->set_num_partitions(static_cast<int32_t>(placement.size()));
-    r->set_replication_factor(static_cast<int32_t>(placement.front().size()));
-    for (const auto& [key, value] : config::EffectiveTopicConfigs(configs)) {
-      auto* c = r->add_configs();
-      c->set_name(key);
-      c->set_value(value);
-      c->set_read_only(false);
-      c->set_config_source(configs.count(key) ? controller::DYNAMIC_TOPIC_CONFIG
-                                              : controller::DEFAULT_CONFIG);
-      c->set_is_sensitive(false);
-    }
+    names.unified[UnifyCollisionChars(t.name())] = t.name();
+    SetCreated(r, id, configs, placement);
   }
 
   lock.Unlock();
