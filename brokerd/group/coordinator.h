@@ -94,6 +94,8 @@ class MetadataTopicLookup final : public TopicLookup {
   BrokerContext& broker_;
 };
 
+// One led __consumer_offsets partition (see the top of this file). Defined in shard.cc,
+// shard_loading.cc (Load) and shard_offsets.cc (the offsets part).
 class Shard final : public GroupEnv {
  public:
   enum class State { kLoading, kActive, kUnloaded };
