@@ -190,6 +190,31 @@ std::function<void(ErrorCode)> AnswerOnceWritten(ConsumerGroup::HeartbeatDone do
   };
 }
 
+// The member as a heartbeat leaves it: `old` with what the request sets.
+ConsumerGroup::Member UpdatedMember(const ConsumerGroup::Member& old,
+                                    const protocol::ConsumerGroupHeartbeatRequest& req,
+                                    const std::string& client_id, const std::string& client_host) {
+  ConsumerGroup::Member updated = old;
+  if (req.instance_id) updated.instance_id = req.instance_id;
+  if (req.rack_id) updated.rack_id = req.rack_id;
+  if (req.rebalance_timeout_ms != -1) updated.rebalance_timeout_ms = req.rebalance_timeout_ms;
+  if (req.server_assignor) updated.server_assignor = req.server_assignor;
+  if (req.subscribed_topic_names) {
+    updated.subscribed_topic_names = std::set<std::string>(req.subscribed_topic_names->begin(),
+                                                           req.subscribed_topic_names->end());
+  }
+  if (req.subscribed_topic_regex) {
+    if (req.subscribed_topic_regex->empty()) {
+      updated.subscribed_topic_regex.reset();
+    } else {
+      updated.subscribed_topic_regex = req.subscribed_topic_regex;
+    }
+  }
+  updated.client_id = client_id;
+  updated.client_host = client_host;
+  return updated;
+}
+
 }  // namespace
 
 struct ConsumerGroup::Change {
@@ -419,34 +444,73 @@ void ConsumerGroup::Heartbeat(const protocol::ConsumerGroupHeartbeatRequest& req
     Leave(req, std::move(done), std::move(prefix));
     return;
   }
-  const GroupConfig& config = env_.config();
-  const bool joining = req.member_epoch == 0;
-  std::string member_id = req.member_id;
 
   // 1. Checks: nothing changes before all pass.
+  std::optional<HeartbeatMember> m = CheckHeartbeat(req, done);
+  if (!m) return;
+
+  // 2. The member and the group epoch.
+  Change change;
+  if (m->replaced) TakeOverStaticMember(change, *m, *req.instance_id);
+  UpdateMemberAndGroupEpoch(change, *m, UpdatedMember(m->old, req, client_id, client_host));
+
+  // 3. A new target assignment for a new group epoch.
+  if (group_epoch_ > assignment_epoch_) ComputeTargetAssignment(change);
+
+  // 4. The member's next step towards its target.
+  Reconcile(change, m->member_id, req.topic_partitions);
+  ScheduleSessionTimeout(m->member_id);
+
+  protocol::ConsumerGroupHeartbeatResponse resp = HeartbeatResponse(req, m->member_id, m->old);
+  change.records.insert(change.records.begin(), std::make_move_iterator(prefix.begin()),
+                        std::make_move_iterator(prefix.end()));
+  Commit(change, AnswerOnceWritten(std::move(done), std::move(resp)));
+}
+
+std::optional<ConsumerGroup::HeartbeatMember> ConsumerGroup::CheckHeartbeat(
+    const protocol::ConsumerGroupHeartbeatRequest& req, const HeartbeatDone& done) {
+  const GroupConfig& config = env_.config();
+  std::string member_id = req.member_id;
   if (members_.size() >= static_cast<size_t>(std::max(config.consumer_max_size, 0)) &&
       (member_id.empty() || !members_.contains(member_id))) {
     FailHeartbeat(done, ErrorCode::kGroupMaxSizeReached,
                   fmt::format("The consumer group has reached its maximum capacity of {} members.",
                               config.consumer_max_size));
-    return;
+    return std::nullopt;
   }
   if (member_id.empty()) member_id = Uuid::Random().ToString();
 
+  std::optional<HeartbeatMember> m = FindHeartbeatMember(req, std::move(member_id), done);
+  if (!m) return std::nullopt;
+  // A static member's join is not checked against a member epoch.
+  const bool check_epoch = !(req.instance_id && req.member_epoch == 0);
+  if (check_epoch && !CheckMemberEpoch(req, m->old, done)) return std::nullopt;
+  if (m->old.state == MemberState::kUnknown &&
+      (!req.topic_partitions || !req.topic_partitions->empty())) {
+    FailHeartbeat(done, ErrorCode::kFencedMemberEpoch,
+                  "The consumer group member is in a unknown state. The member must abandon all "
+                  "its partitions and rejoin.");
+    return std::nullopt;
+  }
+  return m;
+}
+
+std::optional<ConsumerGroup::HeartbeatMember> ConsumerGroup::FindHeartbeatMember(
+    const protocol::ConsumerGroupHeartbeatRequest& req, std::string member_id,
+    const HeartbeatDone& done) {
+  const bool joining = req.member_epoch == 0;
   const Member* existing = FindMember(member_id);
-  std::optional<std::string> replaced;  // a departed static member this one takes over
-  bool check_epoch = true;
+  std::optional<std::string> replaced;
   if (req.instance_id) {
     const Member* holder = FindStaticMember(*req.instance_id);
     if (joining) {
-      check_epoch = false;
       if (holder != nullptr) {
         if (holder->member_epoch != kStaticLeaveEpoch) {
           FailHeartbeat(done, ErrorCode::kUnreleasedInstanceId,
                         fmt::format("Static member {} with instance id {} cannot join the group "
                                     "because the instance id is owned by {} member.",
                                     member_id, *req.instance_id, holder->member_id));
-          return;
+          return std::nullopt;
         }
         replaced = holder->member_id;
         existing = holder;
@@ -455,105 +519,90 @@ void ConsumerGroup::Heartbeat(const protocol::ConsumerGroupHeartbeatRequest& req
       auto [error, message] = CheckStaticMember(holder, member_id, *req.instance_id);
       if (error != ErrorCode::kNone) {
         FailHeartbeat(done, error, std::move(message));
-        return;
+        return std::nullopt;
       }
       existing = holder;
     }
   } else if (existing == nullptr && !joining) {
     FailHeartbeat(done, ErrorCode::kUnknownMemberId,
                   fmt::format("Member {} is not a member of group {}.", member_id, group_id_));
-    return;
+    return std::nullopt;
   }
 
-  Member old;  // the member as it is before this heartbeat (a new one has nothing)
-  old.member_id = member_id;
+  HeartbeatMember m;
+  m.member_id = member_id;
+  m.is_new = existing == nullptr;
+  m.replaced = replaced;
+  m.old.member_id = member_id;
   if (existing != nullptr) {
-    old = *existing;
+    m.old = *existing;
     if (replaced) {
-      old.member_id = member_id;
-      old.member_epoch = 0;
-      old.previous_member_epoch = 0;
+      m.old.member_id = member_id;
+      m.old.member_epoch = 0;
+      m.old.previous_member_epoch = 0;
     }
   }
-  if (check_epoch) {
-    bool fenced = false;
-    if (req.member_epoch > old.member_epoch) {
-      fenced = true;
-    } else if (req.member_epoch < old.member_epoch) {
-      // The previous epoch with a subset of the assignment: the answer that bumped the epoch
-      // was lost, which is fine.
-      fenced = req.member_epoch != old.previous_member_epoch ||
-               !IsSubset(req.topic_partitions, old.assigned);
-    }
-    if (fenced) {
-      FailHeartbeat(done, ErrorCode::kFencedMemberEpoch,
-                    fmt::format("The consumer group member has a {} member epoch ({}) than the "
-                                "one known by the group coordinator ({}). The member must "
-                                "abandon all its partitions and rejoin.",
-                                req.member_epoch > old.member_epoch ? "greater" : "smaller",
-                                req.member_epoch, old.member_epoch));
-      return;
-    }
+  return m;
+}
+
+bool ConsumerGroup::CheckMemberEpoch(const protocol::ConsumerGroupHeartbeatRequest& req,
+                                     const Member& old, const HeartbeatDone& done) {
+  bool fenced = false;
+  if (req.member_epoch > old.member_epoch) {
+    fenced = true;
+  } else if (req.member_epoch < old.member_epoch) {
+    // The previous epoch with a subset of the assignment: the answer that bumped the epoch
+    // was lost, which is fine.
+    fenced = req.member_epoch != old.previous_member_epoch ||
+             !IsSubset(req.topic_partitions, old.assigned);
   }
-  if (old.state == MemberState::kUnknown &&
-      (!req.topic_partitions || !req.topic_partitions->empty())) {
+  if (fenced) {
     FailHeartbeat(done, ErrorCode::kFencedMemberEpoch,
-                  "The consumer group member is in a unknown state. The member must abandon all "
-                  "its partitions and rejoin.");
-    return;
+                  fmt::format("The consumer group member has a {} member epoch ({}) than the "
+                              "one known by the group coordinator ({}). The member must "
+                              "abandon all its partitions and rejoin.",
+                              req.member_epoch > old.member_epoch ? "greater" : "smaller",
+                              req.member_epoch, old.member_epoch));
+    return false;
   }
+  return true;
+}
 
-  // 2. The member and the group epoch.
-  Change change;
-  if (replaced) {
-    // The new instance takes the departed one's place with its target assignment.
-    Assignment target;
-    if (auto it = target_.find(*replaced); it != target_.end()) target = it->second;
-    Apply(change, ParsedMemberRecord<ConsumerGroupCurrentMemberAssignment>{group_id_, *replaced,
-                                                                           std::nullopt});
-    Apply(change, ParsedMemberRecord<ConsumerGroupTargetAssignmentMember>{group_id_, *replaced,
-                                                                          std::nullopt});
-    Apply(change,
-          ParsedMemberRecord<ConsumerGroupMemberMetadata>{group_id_, *replaced, std::nullopt});
-    Apply(change,
-          ParsedMemberRecord<ConsumerGroupMemberMetadata>{group_id_, member_id, MetadataOf(old)});
-    Apply(change, ParsedMemberRecord<ConsumerGroupTargetAssignmentMember>{
-                      group_id_, member_id, ConsumerGroupTargetAssignmentMember{ToRecord(target)}});
-    Apply(change, ParsedMemberRecord<ConsumerGroupCurrentMemberAssignment>{group_id_, member_id,
-                                                                           AssignmentOf(old)});
-    Log()->info("[GroupId {}] static member with instance id {} rejoins as {}, replacing {}",
-                group_id_, *req.instance_id, member_id, *replaced);
-  }
+void ConsumerGroup::TakeOverStaticMember(Change& change, const HeartbeatMember& m,
+                                         const std::string& instance_id) {
+  const std::string& replaced = *m.replaced;
+  const std::string& member_id = m.member_id;
+  // The new instance takes the departed one's place with its target assignment.
+  Assignment target;
+  if (auto it = target_.find(replaced); it != target_.end()) target = it->second;
+  Apply(change, ParsedMemberRecord<ConsumerGroupCurrentMemberAssignment>{group_id_, replaced,
+                                                                         std::nullopt});
+  Apply(change,
+        ParsedMemberRecord<ConsumerGroupTargetAssignmentMember>{group_id_, replaced, std::nullopt});
+  Apply(change, ParsedMemberRecord<ConsumerGroupMemberMetadata>{group_id_, replaced, std::nullopt});
+  Apply(change,
+        ParsedMemberRecord<ConsumerGroupMemberMetadata>{group_id_, member_id, MetadataOf(m.old)});
+  Apply(change, ParsedMemberRecord<ConsumerGroupTargetAssignmentMember>{
+                    group_id_, member_id, ConsumerGroupTargetAssignmentMember{ToRecord(target)}});
+  Apply(change, ParsedMemberRecord<ConsumerGroupCurrentMemberAssignment>{group_id_, member_id,
+                                                                         AssignmentOf(m.old)});
+  Log()->info("[GroupId {}] static member with instance id {} rejoins as {}, replacing {}",
+              group_id_, instance_id, member_id, replaced);
+}
 
-  Member updated = old;
-  if (req.instance_id) updated.instance_id = req.instance_id;
-  if (req.rack_id) updated.rack_id = req.rack_id;
-  if (req.rebalance_timeout_ms != -1) updated.rebalance_timeout_ms = req.rebalance_timeout_ms;
-  if (req.server_assignor) updated.server_assignor = req.server_assignor;
-  if (req.subscribed_topic_names) {
-    updated.subscribed_topic_names = std::set<std::string>(req.subscribed_topic_names->begin(),
-                                                           req.subscribed_topic_names->end());
-  }
-  if (req.subscribed_topic_regex) {
-    if (req.subscribed_topic_regex->empty()) {
-      updated.subscribed_topic_regex.reset();
-    } else {
-      updated.subscribed_topic_regex = req.subscribed_topic_regex;
-    }
-  }
-  updated.client_id = client_id;
-  updated.client_host = client_host;
-
+void ConsumerGroup::UpdateMemberAndGroupEpoch(Change& change, const HeartbeatMember& m,
+                                              const Member& updated) {
+  const std::string& member_id = m.member_id;
   // A new group moves off epoch 0 at once.
   bool bump = group_epoch_ == 0;
-  if (FindMember(member_id) == nullptr || !SameMetadata(old, updated)) {
+  if (FindMember(member_id) == nullptr || !SameMetadata(m.old, updated)) {
     Apply(change, ParsedMemberRecord<ConsumerGroupMemberMetadata>{group_id_, member_id,
                                                                   MetadataOf(updated)});
-    if (old.subscribed_topic_names != updated.subscribed_topic_names ||
-        old.subscribed_topic_regex != updated.subscribed_topic_regex) {
+    if (m.old.subscribed_topic_names != updated.subscribed_topic_names ||
+        m.old.subscribed_topic_regex != updated.subscribed_topic_regex) {
       bump = true;
     }
-    if (existing == nullptr) {
+    if (m.is_new) {
       Log()->info("[GroupId {}] member {} joins the consumer group", group_id_, member_id);
     }
   }
@@ -571,23 +620,20 @@ void ConsumerGroup::Heartbeat(const protocol::ConsumerGroupHeartbeatRequest& req
                       group_id_, ConsumerGroupMetadata{group_epoch_ + 1}});
     Log()->info("[GroupId {}] bumped group epoch to {}", group_id_, group_epoch_);
   }
+}
 
-  // 3. A new target assignment for a new group epoch.
-  if (group_epoch_ > assignment_epoch_) ComputeTargetAssignment(change);
-
-  // 4. The member's next step towards its target.
-  Reconcile(change, member_id, req.topic_partitions);
-  ScheduleSessionTimeout(member_id);
-
+protocol::ConsumerGroupHeartbeatResponse ConsumerGroup::HeartbeatResponse(
+    const protocol::ConsumerGroupHeartbeatRequest& req, const std::string& member_id,
+    const Member& old) const {
   const Member& now = members_.at(member_id);
   protocol::ConsumerGroupHeartbeatResponse resp;
   resp.member_id = member_id;
   resp.member_epoch = now.member_epoch;
-  resp.heartbeat_interval_ms = config.consumer_heartbeat_interval_ms;
+  resp.heartbeat_interval_ms = env_.config().consumer_heartbeat_interval_ms;
   // The assignment goes out when the member sent a full request (join, or a rejoin after an
   // error) or when it changed.
-  bool full_request = joining || (req.rebalance_timeout_ms != -1 && req.subscribed_topic_names &&
-                                  req.topic_partitions);
+  bool full_request = req.member_epoch == 0 || (req.rebalance_timeout_ms != -1 &&
+                                                req.subscribed_topic_names && req.topic_partitions);
   if (full_request || now.assigned != old.assigned) {
     protocol::ConsumerGroupHeartbeatResponse::Assignment a;
     for (const auto& [topic, partitions] : now.assigned) {
@@ -596,10 +642,7 @@ void ConsumerGroup::Heartbeat(const protocol::ConsumerGroupHeartbeatRequest& req
     }
     resp.assignment = std::move(a);
   }
-
-  change.records.insert(change.records.begin(), std::make_move_iterator(prefix.begin()),
-                        std::make_move_iterator(prefix.end()));
-  Commit(change, AnswerOnceWritten(std::move(done), std::move(resp)));
+  return resp;
 }
 
 void ConsumerGroup::Leave(const protocol::ConsumerGroupHeartbeatRequest& req, HeartbeatDone done,

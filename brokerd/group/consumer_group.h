@@ -164,6 +164,38 @@ class ConsumerGroup {
   Member* FindMember(const std::string& member_id);
   Member* FindStaticMember(const std::string& instance_id);
   ErrorCode FailHeartbeat(const HeartbeatDone& done, ErrorCode error, std::string message);
+
+  // Heartbeat's steps. A check that fails answers `done` with its error (FailHeartbeat).
+  // The member a heartbeat is for, as its checks found it.
+  struct HeartbeatMember {
+    std::string member_id;                // a new id when the request had none
+    bool is_new = false;                  // no member has this id, and it replaces no static member
+    std::optional<std::string> replaced;  // a departed static member this one takes over
+    Member old;  // the member as it is before this heartbeat (a new one has nothing)
+  };
+  // Step 1, before anything changes: the group's size, the member, its epoch and state.
+  std::optional<HeartbeatMember> CheckHeartbeat(const protocol::ConsumerGroupHeartbeatRequest& req,
+                                                const HeartbeatDone& done);
+  // The member by its static instance id or its member id.
+  std::optional<HeartbeatMember> FindHeartbeatMember(
+      const protocol::ConsumerGroupHeartbeatRequest& req, std::string member_id,
+      const HeartbeatDone& done);
+  // FENCED_MEMBER_EPOCH unless the request's epoch is the member's (or its previous one with
+  // a subset of its assignment); false when fenced.
+  bool CheckMemberEpoch(const protocol::ConsumerGroupHeartbeatRequest& req, const Member& old,
+                        const HeartbeatDone& done);
+  // Step 2: a joining static member takes over the departed `m.replaced`'s place and target.
+  void TakeOverStaticMember(Change& change, const HeartbeatMember& m,
+                            const std::string& instance_id);
+  // Step 2: the member's metadata record when it changed, the subscription metadata when the
+  // subscribed topics changed in the cluster, and a new group epoch when either requires it.
+  void UpdateMemberAndGroupEpoch(Change& change, const HeartbeatMember& m, const Member& updated);
+  // The answer once the change is applied; the assignment goes out when the request was
+  // full or it changed from `old`'s.
+  protocol::ConsumerGroupHeartbeatResponse HeartbeatResponse(
+      const protocol::ConsumerGroupHeartbeatRequest& req, const std::string& member_id,
+      const Member& old) const;
+
   void Leave(const protocol::ConsumerGroupHeartbeatRequest& req, HeartbeatDone done,
              std::vector<LogRecord> prefix);
   // Adds to `change` the records that remove `member_id` and bump the group epoch.
