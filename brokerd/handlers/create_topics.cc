@@ -63,6 +63,50 @@ CreateTopicsResponse FromController(const ctl::CreateTopicsResponse& in) {
   return out;
 }
 
+// The answer when the controller call failed: every topic gets its error.
+CreateTopicsResponse CallFailedResponse(const CreateTopicsRequest& req,
+                                        const grpc::Status& status) {
+  CreateTopicsResponse resp;
+  for (const auto& t : req.topics) {
+    CreateTopicsResponse::CreatableTopicResult r;
+    r.name = t.name;
+    r.error_code = ControllerCallError(status);
+    r.error_message = status.error_message();
+    resp.topics.push_back(std::move(r));
+  }
+  return resp;
+}
+
+// The topics the controller created (none when the request only validated).
+std::vector<std::string> CreatedTopics(const CreateTopicsRequest& req,
+                                       const CreateTopicsResponse& resp) {
+  std::vector<std::string> created;
+  if (!req.validate_only) {
+    for (const auto& t : resp.topics) {
+      if (t.error_code == ErrorCode::kNone) created.push_back(t.name);
+    }
+  }
+  return created;
+}
+
+// Answers `resp` once the created topics are visible here and their logs exist, so the
+// client's next Metadata request sees them and produce finds them (or after `timeout_ms`).
+void AnswerOnceVisible(BrokerContext& broker, std::shared_ptr<RequestContext> ctx,
+                       std::shared_ptr<CreateTopicsResponse> resp, std::vector<std::string> names,
+                       int64_t timeout_ms, Respond respond) {
+  auto created = std::make_shared<std::vector<std::string>>(std::move(names));
+  WaitForMetadata(
+      broker,
+      [&broker, created] {
+        for (const auto& name : *created) {
+          const TopicInfo* topic = broker.metadata.FindTopic(name);
+          if (topic == nullptr || !PartitionsReadyHere(broker, *topic)) return false;
+        }
+        return true;
+      },
+      timeout_ms, [ctx, resp, respond] { respond(EncodeResponse(*ctx, *resp)); });
+}
+
 }  // namespace
 
 void HandleCreateTopics(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
@@ -81,36 +125,10 @@ void HandleCreateTopics(BrokerContext& broker, std::unique_ptr<RequestContext> c
                                                       const ctl::CreateTopicsResponse& result) {
         if (!status.ok()) {
           KafkaLog()->warn("CreateTopics: controller call failed: {}", status.error_message());
-          CreateTopicsResponse resp;
-          for (const auto& t : req.topics) {
-            CreateTopicsResponse::CreatableTopicResult r;
-            r.name = t.name;
-            r.error_code = ControllerCallError(status);
-            r.error_message = status.error_message();
-            resp.topics.push_back(std::move(r));
-          }
-          return respond(EncodeResponse(*shared_ctx, resp));
+          return respond(EncodeResponse(*shared_ctx, CallFailedResponse(req, status)));
         }
         auto resp = std::make_shared<CreateTopicsResponse>(FromController(result));
-        // Answer once the created topics are visible here and their logs exist, so the
-        // client's next Metadata request sees them and produce finds them.
-        auto created = std::make_shared<std::vector<std::string>>();
-        if (!req.validate_only) {
-          for (const auto& t : resp->topics) {
-            if (t.error_code == ErrorCode::kNone) created->push_back(t.name);
-          }
-        }
-        WaitForMetadata(
-            broker,
-            [&broker, created] {
-              for (const auto& name : *created) {
-                const TopicInfo* topic = broker.metadata.FindTopic(name);
-                if (topic == nullptr || !PartitionsReadyHere(broker, *topic)) return false;
-              }
-              return true;
-            },
-            timeout_ms,
-            [shared_ctx, resp, respond] { respond(EncodeResponse(*shared_ctx, *resp)); });
+        AnswerOnceVisible(broker, shared_ctx, resp, CreatedTopics(req, *resp), timeout_ms, respond);
       });
 }
 
