@@ -382,8 +382,10 @@ Status ForEachRecord(const BatchView& batch, const std::function<bool(const Reco
 
 // ---- ValidateBatch ----
 
-protocol::KafkaError ValidateBatch(ByteSpan batch, const ValidationOptions& options) {
-  // Framing first, in the order Kafka's batch iterator reads it: length, magic, then the rest.
+namespace {
+
+// Framing first, in the order Kafka's batch iterator reads it: length, magic, then the rest.
+protocol::KafkaError CheckFraming(ByteSpan batch) {
   if (batch.size() < kLogOverhead) {
     return Error(ErrorCode::kCorruptMessage,
                  fmt::format("Record batch truncated: {} bytes, need at least {}", batch.size(),
@@ -425,11 +427,12 @@ protocol::KafkaError ValidateBatch(ByteSpan batch, const ValidationOptions& opti
                  fmt::format("Record batch length {} does not match the {} bytes received", total,
                              batch.size()));
   }
-  StatusOr<BatchView> parsed = BatchView::Parse(batch);
-  if (!parsed.ok())
-    return Error(ErrorCode::kCorruptMessage, std::string(parsed.status().message()));
-  const BatchView& view = *parsed;
+  return {};
+}
 
+// The parsed header: base offset from a client, size, CRC, codec bits.
+protocol::KafkaError CheckHeader(ByteSpan batch, const BatchView& view,
+                                 const ValidationOptions& options) {
   if (options.from_client && view.base_offset() != 0) {
     return Error(ErrorCode::kInvalidRecord,
                  fmt::format("The baseOffset of the record batch should be 0, but it is {}",
@@ -453,73 +456,96 @@ protocol::KafkaError ValidateBatch(ByteSpan batch, const ValidationOptions& opti
     return Error(ErrorCode::kUnsupportedCompressionType,
                  fmt::format("Unknown compression type id: {}", codec));
   }
+  return {};
+}
 
+// Record count and lastOffsetDelta; from a client also control, sequence and timestamp type.
+protocol::KafkaError CheckOffsetRange(const BatchView& view, const ValidationOptions& options) {
   const int32_t count = view.record_count();
   const int32_t last_delta = view.last_offset_delta();
-  if (options.from_client) {
-    if (last_delta < 0) {
-      return Error(
-          ErrorCode::kInvalidRecord,
-          fmt::format("Batch has an invalid offset range: lastOffsetDelta {}", last_delta));
-    }
-    if (count <= 0) {
-      return Error(ErrorCode::kInvalidRecord,
-                   fmt::format("Invalid reported count for record batch: {}", count));
-    }
-    if (static_cast<int64_t>(last_delta) + 1 != count) {
-      return Error(ErrorCode::kInvalidRecord,
-                   fmt::format("Inconsistent batch offset range [0, {}] and count of records {}",
-                               last_delta, count));
-    }
-    if (view.is_control()) {
-      return Error(ErrorCode::kInvalidRecord, "Clients are not allowed to write control records");
-    }
-    if (view.producer_id() >= 0 && view.base_sequence() < 0) {
-      return Error(ErrorCode::kInvalidRecord,
-                   fmt::format("Invalid sequence number {} in record batch with producerId {}",
-                               view.base_sequence(), view.producer_id()));
-    }
-    if (view.timestamp_type() == TimestampType::kLogAppendTime) {
-      return Error(ErrorCode::kInvalidTimestamp,
-                   "Invalid timestamp type in record batch. Producer should not set timestamp "
-                   "type to LogAppendTime.");
-    }
-  } else {
+  if (!options.from_client) {
     if (last_delta < 0 || count < 0 || static_cast<int64_t>(count) > int64_t{last_delta} + 1) {
       return Error(ErrorCode::kInvalidRecord,
                    fmt::format("Inconsistent batch offset range [0, {}] and count of records {}",
                                last_delta, count));
     }
-  }
-  if (!options.check_records) return {};
-
-  std::vector<uint8_t> inflated;
-  ByteSpan payload = view.records_payload();
-  if (view.compression() != Compression::kNone) {
-    StatusOr<std::vector<uint8_t>> out =
-        Decompress(view.compression(), payload, options.max_decompressed_bytes);
-    if (!out.ok()) {
-      // Kafka surfaces a failed decompression as a generic error; the data is what is wrong.
-      const bool too_big = out.status().code() == absl::StatusCode::kResourceExhausted;
-      return Error(too_big ? ErrorCode::kMessageTooLarge : ErrorCode::kCorruptMessage,
-                   fmt::format("Failed to decompress the record batch: {}",
-                               std::string(out.status().message())));
-    }
-    inflated = std::move(*out);
-    payload = inflated;
-  }
-
-  const bool check_time = options.now_ms.has_value() && !view.has_delete_horizon() &&
-                          view.timestamp_type() == TimestampType::kCreateTime;
-  const bool control_keys_exempt = view.is_control();
-  if (FastWalkRecords(
-          payload, count,
-          {options.from_client, last_delta, options.require_keys && !control_keys_exempt,
-           check_time, view.base_timestamp(), options.now_ms.value_or(0),
-           options.timestamp_before_max_ms, options.timestamp_after_max_ms})) {
     return {};
   }
-  RecordReader reader(payload, count);
+  if (last_delta < 0) {
+    return Error(ErrorCode::kInvalidRecord,
+                 fmt::format("Batch has an invalid offset range: lastOffsetDelta {}", last_delta));
+  }
+  if (count <= 0) {
+    return Error(ErrorCode::kInvalidRecord,
+                 fmt::format("Invalid reported count for record batch: {}", count));
+  }
+  if (static_cast<int64_t>(last_delta) + 1 != count) {
+    return Error(ErrorCode::kInvalidRecord,
+                 fmt::format("Inconsistent batch offset range [0, {}] and count of records {}",
+                             last_delta, count));
+  }
+  if (view.is_control()) {
+    return Error(ErrorCode::kInvalidRecord, "Clients are not allowed to write control records");
+  }
+  if (view.producer_id() >= 0 && view.base_sequence() < 0) {
+    return Error(ErrorCode::kInvalidRecord,
+                 fmt::format("Invalid sequence number {} in record batch with producerId {}",
+                             view.base_sequence(), view.producer_id()));
+  }
+  if (view.timestamp_type() == TimestampType::kLogAppendTime) {
+    return Error(ErrorCode::kInvalidTimestamp,
+                 "Invalid timestamp type in record batch. Producer should not set timestamp "
+                 "type to LogAppendTime.");
+  }
+  return {};
+}
+
+// The records' bytes in `*payload`: the batch's own, or inflated into `*inflated`.
+protocol::KafkaError InflatePayload(const BatchView& view, const ValidationOptions& options,
+                                    std::vector<uint8_t>* inflated, ByteSpan* payload) {
+  *payload = view.records_payload();
+  if (view.compression() == Compression::kNone) return {};
+  StatusOr<std::vector<uint8_t>> out =
+      Decompress(view.compression(), *payload, options.max_decompressed_bytes);
+  if (!out.ok()) {
+    // Kafka surfaces a failed decompression as a generic error; the data is what is wrong.
+    const bool too_big = out.status().code() == absl::StatusCode::kResourceExhausted;
+    return Error(too_big ? ErrorCode::kMessageTooLarge : ErrorCode::kCorruptMessage,
+                 fmt::format("Failed to decompress the record batch: {}",
+                             std::string(out.status().message())));
+  }
+  *inflated = std::move(*out);
+  *payload = *inflated;
+  return {};
+}
+
+// INVALID_TIMESTAMP when record timestamp `ts` is outside [now - before, now + after].
+protocol::KafkaError CheckRecordTimestamp(int64_t ts, int32_t offset_delta,
+                                          const ValidationOptions& options) {
+  const int64_t now = *options.now_ms;
+  // Differences in 128 bits so extreme timestamps cannot overflow the comparison.
+  const __int128 ahead = static_cast<__int128>(ts) - now;
+  if (ts != kNoTimestamp &&
+      (ahead > options.timestamp_after_max_ms || -ahead > options.timestamp_before_max_ms)) {
+    return Error(ErrorCode::kInvalidTimestamp,
+                 fmt::format("Timestamp {} of message with offset delta {} is out of range. "
+                             "The timestamp should be within [{}, {}]",
+                             ts, offset_delta,
+                             static_cast<int64_t>(std::max<__int128>(
+                                 static_cast<__int128>(now) - options.timestamp_before_max_ms,
+                                 std::numeric_limits<int64_t>::min())),
+                             static_cast<int64_t>(std::min<__int128>(
+                                 static_cast<__int128>(now) + options.timestamp_after_max_ms,
+                                 std::numeric_limits<int64_t>::max()))));
+  }
+  return {};
+}
+
+// The detailed record walk: what is wrong with the first bad record, worded for the client.
+protocol::KafkaError FindRecordError(const BatchView& view, ByteSpan payload,
+                                     const ValidationOptions& options, bool check_time) {
+  const int32_t last_delta = view.last_offset_delta();
+  RecordReader reader(payload, view.record_count());
   Record record;
   int32_t index = 0;
   int32_t previous_delta = -1;
@@ -540,21 +566,9 @@ protocol::KafkaError ValidateBatch(ByteSpan batch, const ValidationOptions& opti
       // Wrapping add, as Kafka's long arithmetic: a hostile delta must not be UB.
       const int64_t ts = static_cast<int64_t>(static_cast<uint64_t>(view.base_timestamp()) +
                                               static_cast<uint64_t>(record.timestamp_delta));
-      const int64_t now = *options.now_ms;
-      // Differences in 128 bits so extreme timestamps cannot overflow the comparison.
-      const __int128 ahead = static_cast<__int128>(ts) - now;
-      if (ts != kNoTimestamp &&
-          (ahead > options.timestamp_after_max_ms || -ahead > options.timestamp_before_max_ms)) {
-        return Error(ErrorCode::kInvalidTimestamp,
-                     fmt::format("Timestamp {} of message with offset delta {} is out of range. "
-                                 "The timestamp should be within [{}, {}]",
-                                 ts, record.offset_delta,
-                                 static_cast<int64_t>(std::max<__int128>(
-                                     static_cast<__int128>(now) - options.timestamp_before_max_ms,
-                                     std::numeric_limits<int64_t>::min())),
-                                 static_cast<int64_t>(std::min<__int128>(
-                                     static_cast<__int128>(now) + options.timestamp_after_max_ms,
-                                     std::numeric_limits<int64_t>::max()))));
+      if (protocol::KafkaError e = CheckRecordTimestamp(ts, record.offset_delta, options);
+          !e.ok()) {
+        return e;
       }
     }
     ++index;
@@ -564,6 +578,42 @@ protocol::KafkaError ValidateBatch(ByteSpan batch, const ValidationOptions& opti
                                                         std::string(reader.status().message())));
   }
   return {};
+}
+
+// Every record: the fast walk, and the detailed one only to word what it found wrong.
+protocol::KafkaError CheckRecords(const BatchView& view, ByteSpan payload,
+                                  const ValidationOptions& options) {
+  const bool check_time = options.now_ms.has_value() && !view.has_delete_horizon() &&
+                          view.timestamp_type() == TimestampType::kCreateTime;
+  const bool control_keys_exempt = view.is_control();
+  if (FastWalkRecords(payload, view.record_count(),
+                      {options.from_client, view.last_offset_delta(),
+                       options.require_keys && !control_keys_exempt, check_time,
+                       view.base_timestamp(), options.now_ms.value_or(0),
+                       options.timestamp_before_max_ms, options.timestamp_after_max_ms})) {
+    return {};
+  }
+  return FindRecordError(view, payload, options, check_time);
+}
+
+}  // namespace
+
+protocol::KafkaError ValidateBatch(ByteSpan batch, const ValidationOptions& options) {
+  if (protocol::KafkaError e = CheckFraming(batch); !e.ok()) return e;
+  StatusOr<BatchView> parsed = BatchView::Parse(batch);
+  if (!parsed.ok())
+    return Error(ErrorCode::kCorruptMessage, std::string(parsed.status().message()));
+  const BatchView& view = *parsed;
+  if (protocol::KafkaError e = CheckHeader(batch, view, options); !e.ok()) return e;
+  if (protocol::KafkaError e = CheckOffsetRange(view, options); !e.ok()) return e;
+  if (!options.check_records) return {};
+
+  std::vector<uint8_t> inflated;
+  ByteSpan payload;
+  if (protocol::KafkaError e = InflatePayload(view, options, &inflated, &payload); !e.ok()) {
+    return e;
+  }
+  return CheckRecords(view, payload, options);
 }
 
 // ---- SplitBatches ----
