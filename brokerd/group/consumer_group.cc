@@ -480,7 +480,7 @@ std::optional<ConsumerGroup::HeartbeatMember> ConsumerGroup::CheckHeartbeat(
   }
   if (member_id.empty()) member_id = Uuid::Random().ToString();
 
-  std::optional<HeartbeatMember> m = FindHeartbeatMember(req, std::move(member_id), done);
+  std::optional<HeartbeatMember> m = FindHeartbeatMember(req, member_id, done);
   if (!m) return std::nullopt;
   // A static member's join is not checked against a member epoch.
   const bool check_epoch = !(req.instance_id && req.member_epoch == 0);
@@ -496,7 +496,7 @@ std::optional<ConsumerGroup::HeartbeatMember> ConsumerGroup::CheckHeartbeat(
 }
 
 std::optional<ConsumerGroup::HeartbeatMember> ConsumerGroup::FindHeartbeatMember(
-    const protocol::ConsumerGroupHeartbeatRequest& req, std::string member_id,
+    const protocol::ConsumerGroupHeartbeatRequest& req, const std::string& member_id,
     const HeartbeatDone& done) {
   const bool joining = req.member_epoch == 0;
   const Member* existing = FindMember(member_id);

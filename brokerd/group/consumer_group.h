@@ -178,7 +178,7 @@ class ConsumerGroup {
                                                 const HeartbeatDone& done);
   // The member by its static instance id or its member id.
   std::optional<HeartbeatMember> FindHeartbeatMember(
-      const protocol::ConsumerGroupHeartbeatRequest& req, std::string member_id,
+      const protocol::ConsumerGroupHeartbeatRequest& req, const std::string& member_id,
       const HeartbeatDone& done);
   // FENCED_MEMBER_EPOCH unless the request's epoch is the member's (or its previous one with
   // a subset of its assignment); false when fenced.

@@ -104,7 +104,10 @@ void AnswerOnceVisible(BrokerContext& broker, std::shared_ptr<RequestContext> ct
         }
         return true;
       },
-      timeout_ms, [ctx, resp, respond] { respond(EncodeResponse(*ctx, *resp)); });
+      timeout_ms,
+      [ctx = std::move(ctx), resp = std::move(resp), respond = std::move(respond)] {
+        respond(EncodeResponse(*ctx, *resp));
+      });
 }
 
 }  // namespace
