@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "brokerd/handlers/fan_out.h"
 #include "brokerd/handlers/handler.h"
 #include "brokerd/handlers/wait.h"
 
@@ -33,11 +34,9 @@ bool PolicyAllowsDelete(const BrokerContext& broker, const TopicInfo& topic) {
   return std::find(policy.begin(), policy.end(), "delete") != policy.end();
 }
 
-struct Pending {
-  std::unique_ptr<RequestContext> ctx;
-  Respond respond;
-  DeleteRecordsResponse resp;
-  std::vector<DeleteRecordsResponse::DeleteRecordsPartitionResult*> slots;  // call order
+// Per storaged partition, in call order: where its answer goes.
+struct Slot {
+  DeleteRecordsResponse::DeleteRecordsPartitionResult* out;
 };
 
 }  // namespace
@@ -47,7 +46,7 @@ void HandleDeleteRecords(BrokerContext& broker, std::unique_ptr<RequestContext> 
   DeleteRecordsRequest req;
   if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
 
-  auto pending = std::make_shared<Pending>();
+  auto pending = std::make_shared<StorageFanOut<DeleteRecordsResponse, Slot>>();
   DeleteRecordsResponse& resp = pending->resp;
   storage::DeleteRecordsRequest call;
   resp.topics.reserve(req.topics.size());
@@ -77,38 +76,22 @@ void HandleDeleteRecords(BrokerContext& broker, std::unique_ptr<RequestContext> 
       dp->set_topic(topic.name);
       dp->set_partition(partition.partition_index);
       dp->set_offset(partition.offset);
-      pending->slots.push_back(&out);
+      pending->slots.push_back({&out});
     }
   }
 
   pending->ctx = std::move(ctx);
   pending->respond = std::move(respond);
-  if (pending->slots.empty()) {
-    return pending->respond(EncodeResponse(*pending->ctx, pending->resp));
-  }
+  if (pending->slots.empty()) return pending->Answer();
   const auto timeout =
       std::max(std::chrono::milliseconds(std::max(req.timeout_ms, 0)), kMinStorageTimeout);
-  broker.storage.DeleteRecords(
-      std::move(call), timeout,
-      [&broker, pending](const grpc::Status& status, storage::DeleteRecordsResponse& result) {
-        for (size_t i = 0; i < pending->slots.size(); ++i) {
-          auto* out = pending->slots[i];
-          if (!status.ok() || i >= static_cast<size_t>(result.partitions_size())) {
-            out->error_code =
-                status.ok() ? ErrorCode::kUnknownServerError : StorageCallError(status);
-            continue;
-          }
-          const storage::DeleteRecordsPartitionResult& r = result.partitions(static_cast<int>(i));
-          out->error_code = protocol::ErrorFromWire(r.error_code());
-          if (r.error_code() == 0) {
-            out->low_watermark = r.low_watermark();
-            // Before the client hears of it, so no fetch after it is answered from below it
-            // (the watch stream's message about it may come later).
-            broker.partitions.RaiseLogStart(r.topic(), r.partition(), r.low_watermark());
-          }
-        }
-        pending->respond(EncodeResponse(*pending->ctx, pending->resp));
-      });
+  auto fill = [&broker](const Slot& slot, const storage::DeleteRecordsPartitionResult& r) {
+    slot.out->low_watermark = r.low_watermark();
+    // Before the client hears of it, so no fetch after it is answered from below it (the
+    // watch stream's message about it may come later).
+    broker.partitions.RaiseLogStart(r.topic(), r.partition(), r.low_watermark());
+  };
+  broker.storage.DeleteRecords(std::move(call), timeout, FillThenAnswer(pending, fill));
 }
 
 }  // namespace runnel::brokerd

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 
+#include "brokerd/handlers/fan_out.h"
 #include "brokerd/handlers/handler.h"
 #include "brokerd/handlers/wait.h"
 
@@ -31,18 +32,12 @@ constexpr int64_t kLatestTimestamp = -1;
 constexpr int16_t kFirstLeaderEpochVersion = 4;
 constexpr std::chrono::milliseconds kStorageTimeout{15000};
 
-struct Pending {
-  std::unique_ptr<RequestContext> ctx;
-  Respond respond;
-  ListOffsetsResponse resp;
-  // Per storaged partition, in call order: where its answer goes and, for "latest", the
-  // leader epoch to answer with.
-  struct Slot {
-    ListOffsetsResponse::ListOffsetsPartitionResponse* out;
-    int64_t timestamp;
-    int32_t leader_epoch;
-  };
-  std::vector<Slot> slots;
+// Per storaged partition, in call order: where its answer goes and, for "latest", the
+// leader epoch to answer with.
+struct Slot {
+  ListOffsetsResponse::ListOffsetsPartitionResponse* out;
+  int64_t timestamp;
+  int32_t leader_epoch;
 };
 
 }  // namespace
@@ -61,7 +56,7 @@ void HandleListOffsets(BrokerContext& broker, std::unique_ptr<RequestContext> ct
     }
   }
 
-  auto pending = std::make_shared<Pending>();
+  auto pending = std::make_shared<StorageFanOut<ListOffsetsResponse, Slot>>();
   ListOffsetsResponse& resp = pending->resp;
   storage::ListOffsetsRequest call;
   resp.topics.reserve(req.topics.size());
@@ -98,32 +93,16 @@ void HandleListOffsets(BrokerContext& broker, std::unique_ptr<RequestContext> ct
 
   pending->ctx = std::move(ctx);
   pending->respond = std::move(respond);
-  if (pending->slots.empty()) {
-    return pending->respond(EncodeResponse(*pending->ctx, pending->resp));
-  }
-  broker.storage.ListOffsets(
-      std::move(call), kStorageTimeout,
-      [pending, version](const grpc::Status& status, storage::ListOffsetsResponse& result) {
-        for (size_t i = 0; i < pending->slots.size(); ++i) {
-          const Pending::Slot& slot = pending->slots[i];
-          auto* out = slot.out;
-          if (!status.ok() || i >= static_cast<size_t>(result.partitions_size())) {
-            out->error_code =
-                status.ok() ? ErrorCode::kUnknownServerError : StorageCallError(status);
-            continue;
-          }
-          const storage::ListOffsetsPartitionResult& r = result.partitions(static_cast<int>(i));
-          out->error_code = protocol::ErrorFromWire(r.error_code());
-          if (r.error_code() != 0) continue;
-          out->offset = r.offset();
-          out->timestamp = r.timestamp();
-          if (version >= kFirstLeaderEpochVersion) {
-            out->leader_epoch =
-                slot.timestamp == kLatestTimestamp ? slot.leader_epoch : r.leader_epoch();
-          }
-        }
-        pending->respond(EncodeResponse(*pending->ctx, pending->resp));
-      });
+  if (pending->slots.empty()) return pending->Answer();
+  auto fill = [version](const Slot& slot, const storage::ListOffsetsPartitionResult& r) {
+    slot.out->offset = r.offset();
+    slot.out->timestamp = r.timestamp();
+    if (version >= kFirstLeaderEpochVersion) {
+      slot.out->leader_epoch =
+          slot.timestamp == kLatestTimestamp ? slot.leader_epoch : r.leader_epoch();
+    }
+  };
+  broker.storage.ListOffsets(std::move(call), kStorageTimeout, FillThenAnswer(pending, fill));
 }
 
 }  // namespace runnel::brokerd

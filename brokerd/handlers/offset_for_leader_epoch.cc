@@ -11,6 +11,7 @@
 // to authorize.
 #include <memory>
 
+#include "brokerd/handlers/fan_out.h"
 #include "brokerd/handlers/handler.h"
 #include "brokerd/handlers/wait.h"
 
@@ -23,11 +24,9 @@ using protocol::OffsetForLeaderEpochResponse;
 
 constexpr std::chrono::milliseconds kStorageTimeout{15000};
 
-struct Pending {
-  std::unique_ptr<RequestContext> ctx;
-  Respond respond;
-  OffsetForLeaderEpochResponse resp;
-  std::vector<OffsetForLeaderEpochResponse::EpochEndOffset*> slots;  // call order
+// Per storaged partition, in call order: where its answer goes.
+struct Slot {
+  OffsetForLeaderEpochResponse::EpochEndOffset* out;
 };
 
 }  // namespace
@@ -37,7 +36,7 @@ void HandleOffsetForLeaderEpoch(BrokerContext& broker, std::unique_ptr<RequestCo
   OffsetForLeaderEpochRequest req;
   if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
 
-  auto pending = std::make_shared<Pending>();
+  auto pending = std::make_shared<StorageFanOut<OffsetForLeaderEpochResponse, Slot>>();
   OffsetForLeaderEpochResponse& resp = pending->resp;
   storage::OffsetsForLeaderEpochRequest call;
   resp.topics.reserve(req.topics.size());
@@ -63,34 +62,19 @@ void HandleOffsetForLeaderEpoch(BrokerContext& broker, std::unique_ptr<RequestCo
       op->set_topic(topic.topic);
       op->set_partition(partition.partition);
       op->set_leader_epoch(partition.leader_epoch);
-      pending->slots.push_back(&out);
+      pending->slots.push_back({&out});
     }
   }
 
   pending->ctx = std::move(ctx);
   pending->respond = std::move(respond);
-  if (pending->slots.empty()) {
-    return pending->respond(EncodeResponse(*pending->ctx, pending->resp));
-  }
-  broker.storage.OffsetsForLeaderEpoch(
-      std::move(call), kStorageTimeout,
-      [pending](const grpc::Status& status, storage::OffsetsForLeaderEpochResponse& result) {
-        for (size_t i = 0; i < pending->slots.size(); ++i) {
-          auto* out = pending->slots[i];
-          if (!status.ok() || i >= static_cast<size_t>(result.partitions_size())) {
-            out->error_code =
-                status.ok() ? ErrorCode::kUnknownServerError : StorageCallError(status);
-            continue;
-          }
-          const storage::OffsetsForLeaderEpochPartitionResult& r =
-              result.partitions(static_cast<int>(i));
-          out->error_code = protocol::ErrorFromWire(r.error_code());
-          if (r.error_code() != 0) continue;
-          out->leader_epoch = r.leader_epoch();
-          out->end_offset = r.end_offset();
-        }
-        pending->respond(EncodeResponse(*pending->ctx, pending->resp));
-      });
+  if (pending->slots.empty()) return pending->Answer();
+  auto fill = [](const Slot& slot, const storage::OffsetsForLeaderEpochPartitionResult& r) {
+    slot.out->leader_epoch = r.leader_epoch();
+    slot.out->end_offset = r.end_offset();
+  };
+  broker.storage.OffsetsForLeaderEpoch(std::move(call), kStorageTimeout,
+                                       FillThenAnswer(pending, fill));
 }
 
 }  // namespace runnel::brokerd
