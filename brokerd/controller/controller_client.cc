@@ -134,13 +134,13 @@ grpc::Status ControllerClient::RegisterBrokerBlocking(
       bool cancelled = false;
       while (!call_done) {
         call_cv.wait_for(call_lock, std::chrono::milliseconds(100));
-        if (!cancelled && (stop.load() || Stopping())) {
+        if (!cancelled && (stop.load() || watch_.Stopping())) {
           cancelled = true;
           ctx.TryCancel();  // the callback still runs, and is waited for
         }
       }
     }
-    if (status.ok() || stop.load() || Stopping()) return status;
+    if (status.ok() || stop.load() || watch_.Stopping()) return status;
     // The first failures are the usual start-up race; then a line every 30 s.
     auto now = std::chrono::steady_clock::now();
     if (attempt == 0) {
@@ -151,38 +151,25 @@ grpc::Status ControllerClient::RegisterBrokerBlocking(
                   std::chrono::duration_cast<std::chrono::seconds>(now - started).count(),
                   status.error_message());
     }
-    // A signal handler sets `stop` and cannot notify: look at it every 100 ms.
+    // A signal handler sets `stop` and cannot notify: look at it every 100 ms. Stop() ends
+    // the pause at once.
     const auto retry_at = now + backoff;
-    MutexLock lock(&mu_);
     while (std::chrono::steady_clock::now() < retry_at) {
-      if (stopping_ || stop.load()) return status;
-      cv_.WaitFor(&mu_, std::chrono::milliseconds(100));
+      if (stop.load() || !watch_.Pause(std::chrono::milliseconds(100))) return status;
     }
-    if (stopping_ || stop.load()) return status;
+    if (watch_.Stopping() || stop.load()) return status;
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
-}
-
-bool ControllerClient::Stopping() {
-  MutexLock lock(&mu_);
-  return stopping_;
 }
 
 void ControllerClient::StartWatch(
     std::function<void(const runnel::controller::MetadataUpdate&)> apply) {
   apply_ = std::move(apply);
-  watch_thread_ = std::thread([this] { WatchLoop(); });
+  watch_.Start([this] { WatchLoop(); });
 }
 
 void ControllerClient::Stop() {
-  {
-    MutexLock lock(&mu_);
-    if (stopping_ && !watch_thread_.joinable()) return;
-    stopping_ = true;
-    if (watch_ctx_ != nullptr) watch_ctx_->TryCancel();
-  }
-  cv_.SignalAll();
-  if (watch_thread_.joinable()) watch_thread_.join();
+  watch_.Stop();
   inflight_->CancelAndWait();
 }
 
@@ -193,11 +180,7 @@ void ControllerClient::WatchLoop() {
   size_t target = 0;
   while (true) {
     grpc::ClientContext ctx;
-    {
-      MutexLock lock(&mu_);
-      if (stopping_) return;
-      watch_ctx_ = &ctx;
-    }
+    if (!watch_.Attach(&ctx)) return;
     runnel::controller::WatchRequest req;
     req.set_from_offset(next_offset_.load());
     auto reader = stubs_[target]->WatchMetadata(&ctx, req);
@@ -211,11 +194,7 @@ void ControllerClient::WatchLoop() {
       update = std::make_shared<runnel::controller::MetadataUpdate>();
     }
     grpc::Status status = reader->Finish();
-    {
-      MutexLock lock(&mu_);
-      watch_ctx_ = nullptr;
-      if (stopping_) return;
-    }
+    if (!watch_.Detach()) return;
     Log()->info("metadata watch on {} ended ({}); reconnecting", targets_[target],
                 status.error_message());
     if (got_any) {
@@ -226,11 +205,7 @@ void ControllerClient::WatchLoop() {
       // Every controller tried once without luck: wait before the next round.
       if (target != 0) continue;
     }
-    MutexLock lock(&mu_);
-    if (cv_.WaitFor(&mu_, backoff,
-                    [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; })) {
-      return;
-    }
+    if (!watch_.Pause(backoff)) return;
     backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
   }
 }

@@ -19,12 +19,11 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "brokerd/net/event_loop.h"
 #include "brokerd/unary_calls.h"
-#include "common/util/mutex.h"
+#include "brokerd/watch_thread.h"
 #include "proto/runnel/controller.grpc.pb.h"
 
 namespace runnel::brokerd {
@@ -80,7 +79,6 @@ class ControllerClient {
 
  private:
   void WatchLoop();
-  bool Stopping();
   // The controller a new call goes to: the first whose channel is not in TRANSIENT_FAILURE,
   // else the one after the last pick (so every controller gets tried in turn).
   runnel::controller::ControllerService::Stub& PickStub();
@@ -93,12 +91,9 @@ class ControllerClient {
   std::shared_ptr<InflightCalls> inflight_ = std::make_shared<InflightCalls>();
 
   std::function<void(const runnel::controller::MetadataUpdate&)> apply_;
-  std::thread watch_thread_;
-  Mutex mu_;
-  CondVar cv_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::ClientContext* watch_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::atomic<int64_t> next_offset_{0};
+  // Last: its thread uses the members above. Its stop also ends RegisterBrokerBlocking.
+  WatchThread watch_;
 };
 
 }  // namespace runnel::brokerd

@@ -56,18 +56,11 @@ void StorageClient::StartWatch(
     std::function<void()> lost) {
   apply_ = std::move(apply);
   lost_ = std::move(lost);
-  watch_thread_ = std::thread([this] { WatchLoop(); });
+  watch_.Start([this] { WatchLoop(); });
 }
 
 void StorageClient::Stop() {
-  {
-    MutexLock lock(&mu_);
-    if (stopping_ && !watch_thread_.joinable()) return;
-    stopping_ = true;
-    if (watch_ctx_ != nullptr) watch_ctx_->TryCancel();
-  }
-  cv_.SignalAll();
-  if (watch_thread_.joinable()) watch_thread_.join();
+  watch_.Stop();
   inflight_->CancelAndWait();
 }
 
@@ -75,11 +68,7 @@ void StorageClient::WatchLoop() {
   std::chrono::milliseconds backoff(50);
   while (true) {
     grpc::ClientContext ctx;
-    {
-      MutexLock lock(&mu_);
-      if (stopping_) return;
-      watch_ctx_ = &ctx;
-    }
+    if (!watch_.Attach(&ctx)) return;
     auto reader = stub_->WatchPartitions(&ctx, storage::WatchPartitionsRequest());
     auto change = std::make_shared<storage::PartitionChange>();
     bool first = true;
@@ -89,21 +78,13 @@ void StorageClient::WatchLoop() {
       change = std::make_shared<storage::PartitionChange>();
     }
     grpc::Status status = reader->Finish();
-    {
-      MutexLock lock(&mu_);
-      watch_ctx_ = nullptr;
-      if (stopping_) return;
-    }
+    if (!watch_.Detach()) return;
     if (!first) {
       backoff = std::chrono::milliseconds(50);
       loop_.Post([this] { lost_(); });
       Log()->warn("partition watch ended ({}); reconnecting", status.error_message());
     }
-    MutexLock lock(&mu_);
-    if (cv_.WaitFor(&mu_, backoff,
-                    [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; })) {
-      return;
-    }
+    if (!watch_.Pause(backoff)) return;
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
 }

@@ -14,11 +14,10 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "brokerd/net/event_loop.h"
 #include "brokerd/unary_calls.h"
-#include "common/util/mutex.h"
+#include "brokerd/watch_thread.h"
 #include "proto/runnel/storage.grpc.pb.h"
 
 namespace runnel::brokerd {
@@ -74,11 +73,7 @@ class StorageClient {
 
   std::function<void(const storage::PartitionChange&, bool)> apply_;
   std::function<void()> lost_;
-  std::thread watch_thread_;
-  Mutex mu_;
-  CondVar cv_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::ClientContext* watch_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  WatchThread watch_;  // last: its thread uses the members above
 };
 
 }  // namespace runnel::brokerd
