@@ -7,7 +7,8 @@
 //
 // Every log is built with the crash workload (crash_workload.h), shut down, and then made
 // unclean by removing the clean shutdown marker, so the active segment is recovered.
-// RUNNEL_CORRUPTION_SEED fixes the random choices (printed otherwise).
+// RUNNEL_CORRUPTION_SEED fixes the random choices (printed otherwise); RUNNEL_CORRUPTION_KEEP=1
+// keeps the directory for a look after a failure.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -16,12 +17,14 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/log/log.h"
 #include "tests/fault/log_check.h"
+#include "tests/util/temp_dir.h"
 
 namespace runnel::storaged::fault {
 namespace {
@@ -80,22 +83,14 @@ class StorageCorruptionTest : public ::testing::Test {
     lo.role = "storage_corruption_test";
     lo.level = "error";
     log::Init(lo);
-    char tmpl[] = "/tmp/rnl-corruptXXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    root_.emplace("corrupt", "RUNNEL_CORRUPTION_KEEP");
     const char* env = std::getenv("RUNNEL_CORRUPTION_SEED");
     seed_ = env != nullptr ? std::strtoull(env, nullptr, 10)
                            : (uint64_t(std::random_device{}()) << 1 >> 1);
     std::printf("RUNNEL_CORRUPTION_SEED=%llu\n", static_cast<unsigned long long>(seed_));
     rng_ = Rng(seed_);
   }
-  void TearDown() override {
-    if (std::getenv("RUNNEL_CORRUPTION_KEEP") == nullptr) {
-      std::filesystem::remove_all(root_);
-    } else {
-      std::printf("kept %s\n", root_.c_str());
-    }
-  }
+  void TearDown() override { root_.reset(); }
 
   LogManagerOptions Options() const {
     LogManagerOptions o = CrashOptions(log_dir_, INT64_MAX);
@@ -108,7 +103,7 @@ class StorageCorruptionTest : public ::testing::Test {
   // A log of kBatches batches in a fresh log dir `name`, shut down, then made unclean.
   // Fills segments_ with where every batch lies.
   void Build(const std::string& name) {
-    log_dir_ = root_ + "/" + name;
+    log_dir_ = root_->path() + "/" + name;
     ASSERT_EQ(::mkdir(log_dir_.c_str(), 0755), 0);
     StatusOr<std::unique_ptr<LogManager>> m = LogManager::Open(Options());
     ASSERT_TRUE(m.ok()) << m.status();
@@ -254,7 +249,7 @@ class StorageCorruptionTest : public ::testing::Test {
     return false;
   }
 
-  std::string root_;
+  std::optional<runnel::testing::TempDir> root_;
   std::string log_dir_;
   uint64_t seed_ = 0;
   Rng rng_{0};

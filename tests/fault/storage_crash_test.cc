@@ -24,7 +24,6 @@
 
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -33,6 +32,7 @@
 
 #include "common/log/log.h"
 #include "tests/fault/log_check.h"
+#include "tests/util/temp_dir.h"
 
 extern char** environ;
 
@@ -164,20 +164,9 @@ TEST(StorageCrashTest, AcknowledgedBatchesSurviveKill9) {
   std::fflush(stdout);
   SCOPED_TRACE(fmt::format("RUNNEL_CRASH_SEED={}", seed));
 
-  char tmpl[] = "/tmp/rnl-crashXXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string root = tmpl;
   // Removed however the test ends (RUNNEL_CRASH_KEEP=1 keeps it to look at a failure).
-  struct RemoveRoot {
-    std::string path;
-    ~RemoveRoot() {
-      if (std::getenv("RUNNEL_CRASH_KEEP") == nullptr) {
-        std::filesystem::remove_all(path);
-      } else {
-        std::printf("kept %s\n", path.c_str());
-      }
-    }
-  } remove_root{root};
+  const runnel::testing::TempDir root_dir("crash", "RUNNEL_CRASH_KEEP");
+  const std::string& root = root_dir.path();
   const std::string log_dir = root + "/logs";
   const std::string stderr_path = root + "/child.stderr";
   ASSERT_EQ(::mkdir(log_dir.c_str(), 0755), 0);

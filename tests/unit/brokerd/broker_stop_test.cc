@@ -202,7 +202,7 @@ class BrokerStopTest : public RealStorageTest {
     sigemptyset(&action.sa_mask);
     sigaction(SIGTERM, &action, nullptr);
 
-    StartStorage("/tmp/rnl-stop-XXXXXX", "storaged.sock");
+    StartStorage("stop", "storaged.sock");
     if (HasFatalFailure()) return;
     auto server =
         grpcutil::StartUnixServer(grpcutil::SocketPath(root_, "controllerd"), {&controller_});

@@ -60,7 +60,7 @@ class ShardTest : public RealStorageTest {
   void SetUp() override { Start({}); }
 
   void Start(std::map<std::string, std::string> overrides) {
-    StartStorage("/tmp/rnl-coord-XXXXXX");
+    StartStorage("coord");
     if (HasFatalFailure()) return;
     overrides["runnel.run.dir"] = root_;
     auto config = config::Config::FromMap(overrides);

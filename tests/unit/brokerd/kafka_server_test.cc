@@ -10,11 +10,13 @@
 #include <atomic>
 #include <csignal>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <future>
+#include <optional>
 #include <random>
 #include <thread>
+
+#include "tests/util/temp_dir.h"
 
 namespace runnel::brokerd {
 namespace {
@@ -78,7 +80,7 @@ class KafkaServerTest : public ::testing::Test {
       thread_.join();
     }
     file_.reset();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    dir_.reset();
   }
 
   // A small receive buffer (set before connect, so the window stays small) makes the
@@ -134,10 +136,8 @@ class KafkaServerTest : public ::testing::Test {
 
   // Creates the segment-like file the file responses send from: `size` random bytes.
   void MakeFile(size_t size) {
-    char tmpl[] = "/tmp/runnel-kafka-server-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/00000000000000000000.log";
+    dir_.emplace("kafka-server");
+    path_ = dir_->path() + "/00000000000000000000.log";
     std::mt19937 rng(7);
     content_.resize(size);
     for (uint8_t& b : content_) b = static_cast<uint8_t>(rng());
@@ -212,7 +212,7 @@ class KafkaServerTest : public ::testing::Test {
     ASSERT_TRUE(Send(fd, all));
   }
 
-  std::string dir_;
+  std::optional<runnel::testing::TempDir> dir_;
   std::string path_;
   std::vector<uint8_t> content_;
   std::shared_ptr<const protocol::FileHandle> file_;

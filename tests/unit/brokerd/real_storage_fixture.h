@@ -4,13 +4,13 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <chrono>
-#include <filesystem>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -23,6 +23,7 @@
 #include "common/protocol/uuid.h"
 #include "common/record/batch.h"
 #include "storaged/storage_service.h"
+#include "tests/util/temp_dir.h"
 
 namespace runnel::brokerd {
 
@@ -43,7 +44,7 @@ class RealStorageTest : public ::testing::Test {
   // The default: storaged and the loop, nothing built on them. A fixture that builds more on
   // the loop calls StartStorage, builds its pieces, then StartLoop.
   void SetUp() override {
-    StartStorage("/tmp/rnl-storage-XXXXXX");
+    StartStorage("storage");
     if (HasFatalFailure()) return;
     StartLoop();
   }
@@ -56,12 +57,11 @@ class RealStorageTest : public ::testing::Test {
     StopStorage();
   }
 
-  // Makes root_ from the mkdtemp template `root_template`, opens one log dir under it, serves
-  // a StorageService on socket_ (root_/`socket_name`) and makes storage_, a client of it on
+  // Makes root_, a temp dir named after `tag`, opens one log dir under it, serves a
+  // StorageService on socket_ (root_/`socket_name`) and makes storage_, a client of it on
   // loop_ (not running yet).
-  void StartStorage(std::string root_template, const std::string& socket_name = "s.sock") {
-    ASSERT_NE(::mkdtemp(root_template.data()), nullptr);
-    root_ = root_template;
+  void StartStorage(std::string_view tag, const std::string& socket_name = "s.sock") {
+    root_ = tmp_.emplace(tag).path();
     auto dirs = storaged::LogDirs::Open({root_ + "/logs"}, 1);
     ASSERT_TRUE(dirs.ok()) << dirs.status();
     dirs_ = std::make_unique<storaged::LogDirs>(std::move(*dirs));
@@ -99,7 +99,7 @@ class RealStorageTest : public ::testing::Test {
     ASSERT_TRUE(logs_->Shutdown().ok());
     logs_.reset();
     dirs_.reset();
-    std::filesystem::remove_all(root_);
+    tmp_.reset();
   }
 
   // Runs `fn` on the loop and waits for it.
@@ -173,6 +173,7 @@ class RealStorageTest : public ::testing::Test {
     }
   }
 
+  std::optional<runnel::testing::TempDir> tmp_;
   std::string root_, socket_;
   std::unique_ptr<storaged::LogDirs> dirs_;
   std::unique_ptr<storaged::LogManager> logs_;

@@ -3,12 +3,11 @@
 // completion that touched it later).
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -16,6 +15,7 @@
 #include "brokerd/storage/storage_client.h"
 #include "common/grpc/unix_server.h"
 #include "proto/runnel/storage.grpc.pb.h"
+#include "tests/util/temp_dir.h"
 
 namespace runnel::brokerd {
 namespace {
@@ -48,14 +48,12 @@ class HoldingStorage final : public storage::StorageService::Service {
 class UnaryCallsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char dir[] = "/tmp/rnl-calls-XXXXXX";
-    ASSERT_NE(::mkdtemp(dir), nullptr);
-    root_ = dir;
-    auto server = grpcutil::StartUnixServer(root_ + "/s.sock", {&service_});
+    root_.emplace("calls");
+    auto server = grpcutil::StartUnixServer(root_->path() + "/s.sock", {&service_});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     loop_ = std::make_unique<EventLoop>();
-    client_ = std::make_unique<StorageClient>(*loop_, root_ + "/s.sock");
+    client_ = std::make_unique<StorageClient>(*loop_, root_->path() + "/s.sock");
     loop_thread_ = std::thread([this] { loop_->Run(); });
   }
 
@@ -65,7 +63,7 @@ class UnaryCallsTest : public ::testing::Test {
     loop_.reset();
     server_->Shutdown(std::chrono::system_clock::now() + 1s);
     server_->Wait();
-    std::filesystem::remove_all(root_);
+    root_.reset();
   }
 
   void StopLoop() {
@@ -93,7 +91,7 @@ class UnaryCallsTest : public ::testing::Test {
 
   // Long enough that a completion the client did not cancel arrives after the loop is gone.
   HoldingStorage service_{std::chrono::milliseconds(1500)};
-  std::string root_;
+  std::optional<runnel::testing::TempDir> root_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<StorageClient> client_;
@@ -143,7 +141,7 @@ TEST_F(UnaryCallsTest, CallsAfterStopDoNotStart) {
 // queue that very thread is polling (the double free ASan found in a brokerd stopped
 // mid-produce).
 TEST_F(UnaryCallsTest, NoCallHoldsTheChannelOnceStopReturns) {
-  auto channel = grpcutil::UnixChannel(root_ + "/s.sock");
+  auto channel = grpcutil::UnixChannel(root_->path() + "/s.sock");
   auto stub = storage::StorageService::NewStub(channel);
   const long idle_refs = channel.use_count();
   StopLoop();  // completions are dropped: only the gRPC side holds each call

@@ -4,12 +4,13 @@
 #include "common/grpc/unix_server.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "proto/runnel/raft.grpc.pb.h"
+#include "tests/util/temp_dir.h"
 
 namespace runnel::grpcutil {
 namespace {
@@ -19,14 +20,13 @@ using namespace std::chrono_literals;
 class UnixServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char dir[] = "/tmp/rnl-unix-XXXXXX";
-    ASSERT_NE(::mkdtemp(dir), nullptr);
-    root_ = dir;
-    socket_ = root_ + "/role.sock";
+    root_.emplace("unix");
+    socket_ = root_->path() + "/role.sock";
   }
-  void TearDown() override { std::filesystem::remove_all(root_); }
+  void TearDown() override { root_.reset(); }
 
-  std::string root_, socket_;
+  std::optional<runnel::testing::TempDir> root_;
+  std::string socket_;
   // Any service will do: the server needs one besides health.
   runnel::raftpb::RaftService::Service service_;
 };

@@ -9,12 +9,13 @@
 #include "common/protocol/error_code.h"
 #include "tests/unit/controllerd/controller_test_util.h"
 #include "tests/unit/controllerd/test_util.h"
+#include "tests/util/temp_dir.h"
 
 namespace runnel::controllerd {
 namespace {
 
 using protocol::ErrorCode;
-using testing::TempDir;
+using runnel::testing::TempDir;
 
 class ControllerServiceTest : public ::testing::Test {
  protected:
@@ -70,7 +71,7 @@ class ControllerServiceTest : public ::testing::Test {
     return resp;
   }
 
-  TempDir dir_;
+  TempDir dir_{"ctlsvc"};
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<ControllerServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -11,13 +11,14 @@
 #include "common/protocol/error_code.h"
 #include "tests/unit/controllerd/controller_test_util.h"
 #include "tests/unit/controllerd/test_util.h"
+#include "tests/util/temp_dir.h"
 
 namespace runnel::controllerd {
 namespace {
 
 using protocol::ErrorCode;
+using runnel::testing::TempDir;
 using testing::FaultyFileSystem;
-using testing::TempDir;
 
 constexpr int32_t kNone = 0;
 
@@ -89,7 +90,7 @@ class ControllerTest : public ::testing::Test {
     EXPECT_EQ(r.configs_size(), 0);
   }
 
-  TempDir dir_;
+  TempDir dir_{"ctl"};
   ControllerOptions options_;
 };
 
@@ -555,7 +556,7 @@ TEST_F(ControllerTest, SnapshotsAndReplayGiveTheSameImage) {
     EXPECT_TRUE(c->Image() == AfterRestart(live));
     return live;
   };
-  TempDir with_snapshots, without;
+  TempDir with_snapshots{"ctl"}, without{"ctl"};
   MetadataImage a = run(1, with_snapshots);
   MetadataImage b = run(INT64_MAX, without);
   EXPECT_TRUE(a == b);

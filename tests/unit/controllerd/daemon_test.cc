@@ -14,14 +14,15 @@
 #include "common/grpc/unix_server.h"
 #include "proto/runnel/controller.grpc.pb.h"
 #include "tests/unit/controllerd/test_util.h"
+#include "tests/util/temp_dir.h"
 
 extern char** environ;
 
 namespace runnel::controllerd {
 namespace {
 
+using runnel::testing::TempDir;
 using testing::FreePort;
-using testing::TempDir;
 using testing::WriteAll;
 
 class Daemon {
@@ -72,7 +73,7 @@ bool WaitServing(const std::string& socket) {
 }
 
 TEST(DaemonTest, ServesStopsOnSigtermAndKeepsMetadata) {
-  TempDir dir;
+  TempDir dir{"ctld"};
   std::string config = dir.path() + "/node.properties";
   WriteAll(config, "node.id=9\nmetadata.log.dir=" + dir.path() +
                        "/meta\nrunnel.run.dir=" + dir.path() + "/run\nrunnel.log.level=warn\n");
@@ -146,7 +147,7 @@ int32_t LeaderSeenBy(const std::string& socket) {
 }
 
 TEST(DaemonTest, ThreeControllersFormAQuorumAndHandOverOnSigterm) {
-  TempDir dir;
+  TempDir dir{"ctld"};
   std::string voters;
   for (int id = 1; id <= 3; ++id) {
     voters += fmt::format("{}{}@127.0.0.1:{}", id == 1 ? "" : ",", id, FreePort());
@@ -218,7 +219,7 @@ TEST(DaemonTest, ThreeControllersFormAQuorumAndHandOverOnSigterm) {
 }
 
 TEST(DaemonTest, BadConfigStopsStartupWithTheKey) {
-  TempDir dir;
+  TempDir dir{"ctld"};
   std::string config = dir.path() + "/bad.properties";
   WriteAll(config, "node.id=-4\n");
   Daemon d(config);

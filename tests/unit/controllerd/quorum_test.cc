@@ -22,15 +22,16 @@
 #include "proto/runnel/controller.grpc.pb.h"
 #include "tests/unit/controllerd/controller_test_util.h"
 #include "tests/unit/controllerd/test_util.h"
+#include "tests/util/temp_dir.h"
 
 namespace runnel::controllerd {
 namespace {
 
+using runnel::testing::TempDir;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using testing::FreePort;
 using testing::In;
-using testing::TempDir;
 
 class Cluster {
  public:
@@ -155,7 +156,7 @@ class Cluster {
     std::unique_ptr<grpc::Server> server;
   };
 
-  TempDir dir_;
+  TempDir dir_{"quorum"};
   const int64_t snapshot_interval_bytes_;
   const std::vector<int32_t> ids_ = {1, 2, 3};
   std::map<int32_t, std::string> addresses_;

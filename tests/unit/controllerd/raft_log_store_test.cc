@@ -8,6 +8,7 @@
 #include "common/util/crc32c.h"
 #include "proto/runnel/metadata.pb.h"
 #include "tests/unit/controllerd/test_util.h"
+#include "tests/util/temp_dir.h"
 
 namespace runnel::controllerd {
 namespace {
@@ -15,9 +16,9 @@ namespace {
 using raft::Entry;
 using raft::HardState;
 using raft::SnapshotId;
+using runnel::testing::TempDir;
 using testing::FaultyFileSystem;
 using testing::ReadAll;
-using testing::TempDir;
 using testing::WriteAll;
 
 std::string Data(int64_t offset, int64_t term) {
@@ -119,7 +120,7 @@ class CrashingFileSystem final : public testing::InjectingFileSystem {
 };
 
 TEST(RaftLogStoreTest, EmptyStore) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   auto store = OpenOk(PosixFileSystem(), tmp.path());
   EXPECT_EQ(store->start_offset(), 0);
   EXPECT_EQ(store->end_offset(), 0);
@@ -136,7 +137,7 @@ TEST(RaftLogStoreTest, EmptyStore) {
 }
 
 TEST(RaftLogStoreTest, AppendSyncReadAndTermAtAcrossSegments) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   auto store = OpenOk(PosixFileSystem(), tmp.path());
   std::vector<Entry> all = Concat(Make(0, 5, 1), Make(5, 8, 2));
   AppendOk(*store, Make(0, 5, 1));
@@ -190,7 +191,7 @@ TEST(RaftLogStoreTest, AppendSyncReadAndTermAtAcrossSegments) {
 }
 
 TEST(RaftLogStoreTest, ReopenKeepsSyncedEntriesAndSnapshot) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   std::vector<Entry> all = Concat(Make(0, 5, 1), Make(5, 9, 4));
   {
     auto store = OpenOk(PosixFileSystem(), tmp.path());
@@ -212,7 +213,7 @@ TEST(RaftLogStoreTest, ReopenKeepsSyncedEntriesAndSnapshot) {
 }
 
 TEST(RaftLogStoreTest, TornTailIsCutAtEveryByteOfTheLastEntry) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   uint64_t last_start = 0;
   {
     auto store = OpenOk(PosixFileSystem(), tmp.path());
@@ -246,7 +247,7 @@ TEST(RaftLogStoreTest, TornTailIsCutAtEveryByteOfTheLastEntry) {
 }
 
 TEST(RaftLogStoreTest, CorruptFrameAndDecreasingTermCutTheLog) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   uint64_t second = 0;
   {
     auto store = OpenOk(PosixFileSystem(), tmp.path());
@@ -276,7 +277,7 @@ TEST(RaftLogStoreTest, CorruptFrameAndDecreasingTermCutTheLog) {
 }
 
 TEST(RaftLogStoreTest, TruncateInsideASegmentThenAppendThenReopen) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   {
     auto store = OpenOk(PosixFileSystem(), tmp.path());
     AppendOk(*store, Make(0, 6, 1));
@@ -299,7 +300,7 @@ TEST(RaftLogStoreTest, TruncateInsideASegmentThenAppendThenReopen) {
 }
 
 TEST(RaftLogStoreTest, TruncateAcrossSegmentsThenAppendThenReopen) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   {
     auto store = OpenOk(PosixFileSystem(), tmp.path());
     AppendOk(*store, Make(0, 5, 1));
@@ -344,7 +345,7 @@ TEST(RaftLogStoreTest, TruncateAcrossSegmentsThenAppendThenReopen) {
 }
 
 TEST(RaftLogStoreTest, SnapshotsRollSegmentsAndKeepThePreviousOneWithItsLog) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   auto store = OpenOk(PosixFileSystem(), tmp.path());
   AppendOk(*store, Make(0, 3, 1));
   ASSERT_TRUE(store->SaveSnapshot({3, 1}, "s3").ok());
@@ -389,7 +390,7 @@ TEST(RaftLogStoreTest, SnapshotsRollSegmentsAndKeepThePreviousOneWithItsLog) {
 }
 
 TEST(RaftLogStoreTest, CorruptNewestSnapshotFallsBackToThePreviousAndItsLog) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   {
     auto store = OpenOk(PosixFileSystem(), tmp.path());
     AppendOk(*store, Make(0, 3, 1));
@@ -414,7 +415,7 @@ TEST(RaftLogStoreTest, CorruptNewestSnapshotFallsBackToThePreviousAndItsLog) {
 }
 
 TEST(RaftLogStoreTest, InstallSnapshotKeepsTheLogThatMatchesIt) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   std::vector<Entry> all = Concat(Make(0, 5, 1), Make(5, 10, 2));
   {
     auto store = OpenOk(PosixFileSystem(), tmp.path());
@@ -438,7 +439,7 @@ TEST(RaftLogStoreTest, InstallSnapshotKeepsTheLogThatMatchesIt) {
 }
 
 TEST(RaftLogStoreTest, InstallSnapshotDiscardsAConflictingLog) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   {
     auto store = OpenOk(PosixFileSystem(), tmp.path());
     AppendOk(*store, Concat(Make(0, 5, 1), Make(5, 10, 2)));
@@ -497,7 +498,7 @@ TEST(RaftLogStoreTest, CrashBetweenSnapshotWriteAndSegmentRemoval) {
   };
   {
     SCOPED_TRACE("entry 6 has term 2, the snapshot says 3");
-    TempDir tmp;
+    TempDir tmp{"raftlog"};
     prepare(tmp.path());
     write_snapshot(tmp.path(), {7, 3});
     auto store = OpenOk(PosixFileSystem(), tmp.path());
@@ -518,7 +519,7 @@ TEST(RaftLogStoreTest, CrashBetweenSnapshotWriteAndSegmentRemoval) {
   }
   {
     SCOPED_TRACE("part of the log already removed (newest segment first)");
-    TempDir tmp;
+    TempDir tmp{"raftlog"};
     prepare(tmp.path());
     write_snapshot(tmp.path(), {7, 3});
     std::filesystem::remove(SegmentPath(tmp.path(), 5));
@@ -530,7 +531,7 @@ TEST(RaftLogStoreTest, CrashBetweenSnapshotWriteAndSegmentRemoval) {
   }
   {
     SCOPED_TRACE("the snapshot matches the log: it is kept");
-    TempDir tmp;
+    TempDir tmp{"raftlog"};
     prepare(tmp.path());
     write_snapshot(tmp.path(), {7, 2});
     auto store = OpenOk(PosixFileSystem(), tmp.path());
@@ -542,7 +543,7 @@ TEST(RaftLogStoreTest, CrashBetweenSnapshotWriteAndSegmentRemoval) {
   }
   {
     SCOPED_TRACE("the snapshot ends past the log");
-    TempDir tmp;
+    TempDir tmp{"raftlog"};
     prepare(tmp.path());
     write_snapshot(tmp.path(), {12, 3});
     auto store = OpenOk(PosixFileSystem(), tmp.path());
@@ -560,7 +561,7 @@ void CrashAtEveryStep(const std::function<void(const std::string&)>& prepare,
   bool completed = false;
   for (int k = 0; k < 100 && !completed; ++k) {
     SCOPED_TRACE(fmt::format("crash before mutating call {}", k));
-    TempDir tmp;
+    TempDir tmp{"raftlog"};
     prepare(tmp.path());
     CrashingFileSystem fs;
     {
@@ -681,7 +682,7 @@ TEST(RaftLogStoreTest, CrashAtEveryStepOfTruncateAcrossSegments) {
 }
 
 TEST(RaftLogStoreTest, QuorumStateRoundTrip) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   {
     auto store = OpenOk(PosixFileSystem(), tmp.path());
     ASSERT_TRUE(store->SetHardState({5, 2}).ok());
@@ -708,7 +709,7 @@ TEST(RaftLogStoreTest, QuorumStateRoundTrip) {
 }
 
 TEST(RaftLogStoreTest, CorruptQuorumStateIsAnError) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   {
     auto store = OpenOk(PosixFileSystem(), tmp.path());
     ASSERT_TRUE(store->SetHardState({7, 3}).ok());
@@ -744,7 +745,7 @@ TEST(RaftLogStoreTest, CorruptQuorumStateIsAnError) {
 }
 
 TEST(RaftLogStoreTest, MissingQuorumStateFallsBackToTheLog) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   {
     auto store = OpenOk(PosixFileSystem(), tmp.path());
     ASSERT_TRUE(store->SetHardState({4, 1}).ok());
@@ -771,7 +772,7 @@ TEST(RaftLogStoreTest, MissingQuorumStateFallsBackToTheLog) {
     ASSERT_TRUE(store->Sync().ok());
   }
   WriteAll(QuorumStatePath(tmp.path()), [] {
-    TempDir other;
+    TempDir other{"raftlog"};
     auto store = OpenOk(PosixFileSystem(), other.path());
     EXPECT_TRUE(store->SetHardState({3, 1}).ok());
     return ReadAll(QuorumStatePath(other.path()));
@@ -804,7 +805,7 @@ void WriteSnapshotFile(const std::string& dir, SnapshotId id, const std::string&
 }
 
 TEST(RaftLogStoreTest, OpensASingleVoterDataDirUnchanged) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   std::vector<Entry> want;
   // Entries 0-3, a snapshot at 4 (which rolled the segment), entry 4 after it.
   for (int i = 0; i < 4; ++i) want.push_back(Entry{i, i < 2 ? 1 : 2, Batch(i).SerializeAsString()});
@@ -848,7 +849,7 @@ TEST(RaftLogStoreTest, OpensASingleVoterDataDirUnchanged) {
 // the snapshot's last entry. Such a snapshot is renamed to Raft's epoch once, before
 // quorum-state exists, so later opens never mistake it for a conflicting log.
 TEST(RaftLogStoreTest, RenamesASingleVoterSnapshotToItsLastEntrysTerm) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   std::vector<Entry> want;
   for (int i = 0; i < 3; ++i) want.push_back(Entry{i, 1, Batch(i).SerializeAsString()});
   for (int i = 3; i < 5; ++i) want.push_back(Entry{i, 3, Batch(i).SerializeAsString()});
@@ -886,7 +887,7 @@ TEST(RaftLogStoreTest, RenamesASingleVoterSnapshotToItsLastEntrysTerm) {
 // A single voter that died inside WriteSnapshot (before it rolled a segment) leaves both
 // snapshots' last entries in the log: both are renamed.
 TEST(RaftLogStoreTest, RenamesBothSingleVoterSnapshotsWhenTheLogHoldsTheirLastEntries) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   std::vector<Entry> want;
   for (int i = 0; i < 6; ++i) {
     want.push_back(Entry{i, i < 3 ? 1 : i < 5 ? 3 : 4, Batch(i).SerializeAsString()});
@@ -911,7 +912,7 @@ TEST(RaftLogStoreTest, RenamesBothSingleVoterSnapshotsWhenTheLogHoldsTheirLastEn
 }
 
 TEST(RaftLogStoreTest, UnfinishedTempFilesAreRemoved) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   { OpenOk(PosixFileSystem(), tmp.path()); }
   std::string snap_tmp = SnapshotPath(tmp.path(), {9, 1}) + ".tmp";
   std::string qs_tmp = QuorumStatePath(tmp.path()) + ".tmp";
@@ -924,7 +925,7 @@ TEST(RaftLogStoreTest, UnfinishedTempFilesAreRemoved) {
 }
 
 TEST(RaftLogStoreTest, GapsNoSnapshotCoversAreErrors) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   {
     auto store = OpenOk(PosixFileSystem(), tmp.path());
     AppendOk(*store, Make(0, 1, 1));
@@ -943,7 +944,7 @@ TEST(RaftLogStoreTest, GapsNoSnapshotCoversAreErrors) {
 }
 
 TEST(RaftLogStoreTest, FailedFsyncIsStickyAndNamesTheFile) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   FaultyFileSystem fs;
   {
     auto store = OpenOk(fs, tmp.path());
@@ -970,7 +971,7 @@ TEST(RaftLogStoreTest, FailedFsyncIsStickyAndNamesTheFile) {
 }
 
 TEST(RaftLogStoreTest, FailedAppendIsStickyAndItsTornFrameIsCutAtOpen) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   FaultyFileSystem fs;
   {
     auto store = OpenOk(fs, tmp.path());
@@ -992,7 +993,7 @@ TEST(RaftLogStoreTest, FailedAppendIsStickyAndItsTornFrameIsCutAtOpen) {
 }
 
 TEST(RaftLogStoreTest, FailedSnapshotOrQuorumStateWriteIsSticky) {
-  TempDir tmp;
+  TempDir tmp{"raftlog"};
   FaultyFileSystem fs;
   {
     auto store = OpenOk(fs, tmp.path());

@@ -1,14 +1,12 @@
-// Helpers shared by the controllerd tests: temp dirs, file surgery, a fault-injecting FS.
+// Helpers shared by the controllerd tests: file surgery, a fault-injecting FS.
 #pragma once
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -17,23 +15,6 @@
 #include "tests/util/reserved_port.h"
 
 namespace runnel::controllerd::testing {
-
-// A fresh directory under /tmp (short, so Unix socket paths fit), removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/ctlXXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // A 127.0.0.1 port reserved for this test process; 0 when none could be had.
 inline int FreePort() { return runnel::testing::ReservePort(); }

@@ -4,13 +4,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cstdlib>
-#include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 
 #include "common/protocol/messages/fetch.h"
 #include "common/protocol/wire.h"
+#include "tests/util/temp_dir.h"
 
 namespace runnel::protocol {
 namespace {
@@ -18,13 +18,11 @@ namespace {
 class FileRecordsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/runnel-file-records-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_.emplace("file-records");
     std::mt19937 rng(42);
     content_.resize(4096);
     for (uint8_t& b : content_) b = static_cast<uint8_t>(rng());
-    std::string path = dir_ + "/00000000000000000000.log";
+    std::string path = dir_->path() + "/00000000000000000000.log";
     int fd = open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
     ASSERT_GE(fd, 0);
     ASSERT_EQ(write(fd, content_.data(), content_.size()), static_cast<ssize_t>(content_.size()));
@@ -36,7 +34,7 @@ class FileRecordsTest : public ::testing::Test {
 
   void TearDown() override {
     file_.reset();
-    std::filesystem::remove_all(dir_);
+    dir_.reset();
   }
 
   FileSlice Slice(int64_t position, int64_t length) const {
@@ -114,7 +112,7 @@ class FileRecordsTest : public ::testing::Test {
     return resp;
   }
 
-  std::string dir_;
+  std::optional<runnel::testing::TempDir> dir_;
   Bytes content_;
   std::shared_ptr<const FileHandle> file_;
 };
@@ -273,7 +271,7 @@ TEST_F(FileRecordsTest, RecordsSizeNullAndEquality) {
 }
 
 TEST_F(FileRecordsTest, TheFileClosesWithItsLastUser) {
-  int fd = open((dir_ + "/00000000000000000000.log").c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = open((dir_->path() + "/00000000000000000000.log").c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
   auto handle = std::make_shared<const FileHandle>(fd);
   Records r;

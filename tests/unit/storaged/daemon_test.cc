@@ -4,12 +4,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -18,6 +18,7 @@
 #include "common/protocol/uuid.h"
 #include "common/record/batch.h"
 #include "proto/runnel/storage.grpc.pb.h"
+#include "tests/util/temp_dir.h"
 
 extern char** environ;
 
@@ -103,18 +104,16 @@ std::string Batch(int count, const std::string& value) {
 class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/rnl-sd-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-    logs_dir_ = root_ + "/logs";
-    config_ = root_ + "/node.properties";
-    log_path_ = root_ + "/storaged.stderr";
-    std::ofstream(config_) << "node.id=4\nlog.dirs=" << logs_dir_ << "\nrunnel.run.dir=" << root_
+    const std::string& root = root_.emplace("sd").path();
+    logs_dir_ = root + "/logs";
+    config_ = root + "/node.properties";
+    log_path_ = root + "/storaged.stderr";
+    std::ofstream(config_) << "node.id=4\nlog.dirs=" << logs_dir_ << "\nrunnel.run.dir=" << root
                            << "/run\nrunnel.log.level=info\n";
-    socket_ = grpcutil::SocketPath(root_ + "/run", "storaged");
+    socket_ = grpcutil::SocketPath(root + "/run", "storaged");
     topic_id_ = protocol::Uuid::Random().ToString();
   }
-  void TearDown() override { fs::remove_all(root_); }
+  void TearDown() override { root_.reset(); }
 
   std::unique_ptr<storage::StorageService::Stub> Stub() {
     return storage::StorageService::NewStub(grpcutil::UnixChannel(socket_));
@@ -166,7 +165,8 @@ class DaemonTest : public ::testing::Test {
     return resp.partitions_size() == 1 ? resp.partitions(0) : storage::ReadPartitionResult();
   }
 
-  std::string root_, logs_dir_, config_, log_path_, socket_, topic_id_;
+  std::optional<runnel::testing::TempDir> root_;
+  std::string logs_dir_, config_, log_path_, socket_, topic_id_;
 };
 
 TEST_F(DaemonTest, SigtermShutsDownCleanlyAndDataSurvivesARestart) {

@@ -1,12 +1,14 @@
 #include "storaged/log_dirs.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
+
+#include "tests/util/temp_dir.h"
 
 namespace runnel::storaged {
 namespace {
@@ -15,16 +17,12 @@ namespace fs = std::filesystem;
 
 class LogDirsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/rnl-ld-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(root_); }
+  void SetUp() override { root_.emplace("ld"); }
+  void TearDown() override { root_.reset(); }
 
-  std::string Dir(const std::string& name) { return (fs::path(root_) / name).string(); }
+  std::string Dir(const std::string& name) { return (fs::path(root_->path()) / name).string(); }
 
-  std::string root_;
+  std::optional<runnel::testing::TempDir> root_;
 };
 
 TEST_F(LogDirsTest, CreatesDirectoriesAndMetaProperties) {
@@ -92,7 +90,7 @@ TEST_F(LogDirsTest, MalformedMetaPropertiesIsAnError) {
 }
 
 TEST_F(LogDirsTest, UsageReportsTheFileSystem) {
-  auto usage = LogDirs::Usage(root_);
+  auto usage = LogDirs::Usage(root_->path());
   ASSERT_TRUE(usage.ok());
   EXPECT_GT(usage->total_bytes, 0);
   EXPECT_LE(usage->usable_bytes, usage->total_bytes);

@@ -3,15 +3,16 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "common/grpc/unix_server.h"
 #include "common/protocol/uuid.h"
 #include "common/record/batch.h"
+#include "tests/util/temp_dir.h"
 
 namespace runnel::storaged {
 namespace {
@@ -53,10 +54,8 @@ std::string ReadFileRange(const std::string& path, int64_t position, int32_t len
 class StorageServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/rnl-ss-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-    auto dirs = LogDirs::Open({root_ + "/logs"}, 3);
+    root_.emplace("ss");
+    auto dirs = LogDirs::Open({root_->path() + "/logs"}, 3);
     ASSERT_TRUE(dirs.ok()) << dirs.status();
     dirs_ = std::make_unique<LogDirs>(std::move(*dirs));
     LogManagerOptions options;
@@ -66,7 +65,7 @@ class StorageServiceTest : public ::testing::Test {
     ASSERT_TRUE(logs.ok()) << logs.status();
     logs_ = std::move(*logs);
     service_ = std::make_unique<StorageServiceImpl>(*dirs_, *logs_);
-    socket_ = root_ + "/s.sock";
+    socket_ = root_->path() + "/s.sock";
     auto server = grpcutil::StartUnixServer(socket_, {service_.get()});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -87,7 +86,7 @@ class StorageServiceTest : public ::testing::Test {
     }
     logs_.reset();
     dirs_.reset();
-    fs::remove_all(root_);
+    root_.reset();
   }
 
   std::unique_ptr<grpc::ClientContext> Ctx() {
@@ -207,7 +206,7 @@ class StorageServiceTest : public ::testing::Test {
     return {resp.partitions().begin(), resp.partitions().end()};
   }
 
-  std::string root_;
+  std::optional<runnel::testing::TempDir> root_;
   std::string socket_;
   std::string topic_id_;
   std::unique_ptr<LogDirs> dirs_;

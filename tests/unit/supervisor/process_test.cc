@@ -22,6 +22,7 @@
 
 #include "common/grpc/unix_server.h"
 #include "proto/runnel/supervisor.grpc.pb.h"
+#include "tests/util/temp_dir.h"
 
 extern char** environ;
 
@@ -124,15 +125,14 @@ Child RunRunnel(const std::vector<std::string>& args, const std::map<std::string
   return c;
 }
 
-class SupervisorProcessTest : public testing::Test {
+class SupervisorProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // Roles orphaned when a test kills the supervisor are re-parented to this process
     // (not to init, which may never reap them) and reaped in TearDown.
     ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-    char tmpl[] = "/tmp/rnl-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    tmp_.emplace("supervisor");
+    dir_ = tmp_->path();
     bin_dir_ = dir_ + "/bin";
     run_dir_ = dir_ + "/run";
     events_ = dir_ + "/events";
@@ -158,7 +158,7 @@ class SupervisorProcessTest : public testing::Test {
     }
     while (::waitpid(-1, nullptr, WNOHANG) > 0) {
     }
-    std::filesystem::remove_all(dir_);
+    tmp_.reset();
   }
 
   void LinkRole(const std::string& role) {
@@ -228,6 +228,7 @@ class SupervisorProcessTest : public testing::Test {
     EXPECT_EQ(node_.ExitCode(), 0) << node_.Err();
   }
 
+  std::optional<runnel::testing::TempDir> tmp_;
   std::string dir_, bin_dir_, run_dir_, events_, config_;
   std::map<std::string, std::string> env_;
   Child node_;

@@ -17,6 +17,7 @@
 #include "supervisor/process.h"
 #include "supervisor/roles.h"
 #include "supervisor/status_cli.h"
+#include "tests/util/temp_dir.h"
 
 namespace runnel::supervisor {
 namespace {
@@ -60,7 +61,7 @@ TEST(ArgsTest, DocsAndHelp) {
 TEST(ArgsTest, Errors) {
   auto expect_error = [](std::vector<std::string> argv, const std::string& needle) {
     auto a = ParseArgs(argv);
-    ASSERT_FALSE(a.ok()) << "accepted: " << testing::PrintToString(argv);
+    ASSERT_FALSE(a.ok()) << "accepted: " << ::testing::PrintToString(argv);
     EXPECT_NE(std::string(a.status().message()).find(needle), std::string::npos)
         << a.status().message();
   };
@@ -128,21 +129,8 @@ TEST(RolesTest, FromProcessRolesConfig) {
   EXPECT_NE(std::string(bad.status().message()).find("process.roles"), std::string::npos);
 }
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/rnl-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 TEST(RolesTest, BuildSpecsChecksBinaries) {
-  TempDir dir;
+  runnel::testing::TempDir dir("supervisor");
   auto write = [&](const std::string& name, mode_t mode) {
     std::string p = dir.path() + "/" + name;
     std::ofstream(p) << "#!/bin/sh\n";
@@ -245,7 +233,7 @@ TEST(StatusCliTest, TableFromSnapshot) {
 }
 
 TEST(StatusCliTest, NoSupervisor) {
-  TempDir dir;
+  runnel::testing::TempDir dir("supervisor");
   std::FILE* out = std::tmpfile();
   std::FILE* err = std::tmpfile();
   EXPECT_EQ(RunStatus(dir.path(), 1000, out, err), 1);

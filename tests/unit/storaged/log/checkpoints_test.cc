@@ -1,11 +1,13 @@
 #include "storaged/log/checkpoints.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
+
+#include "tests/util/temp_dir.h"
 
 namespace runnel::storaged {
 namespace {
@@ -14,14 +16,10 @@ namespace fs = std::filesystem;
 
 class CheckpointsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/rnl-ckpt-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(root_); }
+  void SetUp() override { root_.emplace("ckpt"); }
+  void TearDown() override { root_.reset(); }
 
-  std::string Path(const std::string& name) const { return root_ + "/" + name; }
+  std::string Path(const std::string& name) const { return root_->path() + "/" + name; }
   static std::string ReadText(const std::string& path) {
     std::ifstream in(path);
     std::stringstream ss;
@@ -32,7 +30,7 @@ class CheckpointsTest : public ::testing::Test {
     std::ofstream(path, std::ios::trunc) << text;
   }
 
-  std::string root_;
+  std::optional<runnel::testing::TempDir> root_;
 };
 
 void ExpectDataLossAt(const Status& s, const std::string& where, const std::string& what) {

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -16,6 +15,7 @@
 
 #include "common/record/batch.h"
 #include "storaged/log/file_names.h"
+#include "tests/util/temp_dir.h"
 
 namespace runnel::storaged {
 namespace {
@@ -74,14 +74,12 @@ std::vector<uint8_t> ReadFile(const std::string& path) {
 class CleanerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/rnl-cleaner-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-    dir_ = root_ + "/t-0";
+    root_.emplace("cleaner");
+    dir_ = root_->path() + "/t-0";
   }
   void TearDown() override {
     log_.reset();
-    fs::remove_all(root_);
+    root_.reset();
   }
 
   static LogConfig CompactConfig() {
@@ -228,7 +226,7 @@ class CleanerTest : public ::testing::Test {
     return out;
   }
 
-  std::string root_;
+  std::optional<runnel::testing::TempDir> root_;
   std::string dir_;
   int64_t now_ = kT0;
   FileCache files_{64};
@@ -426,7 +424,7 @@ TEST_F(CleanerTest, DirtyRatioDecidesWhichLogIsCleaned) {
   LogConfig delete_only = config;
   delete_only.cleanup_compact = false;
   delete_only.cleanup_delete = true;
-  std::shared_ptr<Log> other = OpenLogAt(root_ + "/u-0", delete_only, nullptr, "u");
+  std::shared_ptr<Log> other = OpenLogAt(root_->path() + "/u-0", delete_only, nullptr, "u");
   ASSERT_NE(other, nullptr);
   AppendTo(*other, {{"a", "1"}});
   AppendTo(*other, {{"a", "2"}}, /*roll=*/true);
@@ -469,7 +467,7 @@ TEST_F(CleanerTest, CleanOncePicksTheDirtiestLog) {
   LogConfig config = CompactConfig();
   config.min_cleanable_dirty_ratio = 0.05;
   OpenLog(config);
-  std::shared_ptr<Log> other = OpenLogAt(root_ + "/u-0", config, nullptr, "u");
+  std::shared_ptr<Log> other = OpenLogAt(root_->path() + "/u-0", config, nullptr, "u");
   ASSERT_NE(other, nullptr);
   // log_: cleaned once, then a little dirt; other: all dirty.
   for (int i = 0; i < 10; ++i) Append({{fmt::format("k{}", i), "v"}});
@@ -686,8 +684,8 @@ TEST_F(CleanerTest, SwapFileIsFinishedAtLoad) {
   ASSERT_TRUE(log_->Close().ok());
   log_.reset();
   // Two copies of the uncleaned log; the cleaned segment from a third.
-  const std::string before_old_renamed = root_ + "/t-1";
-  const std::string after_old_renamed = root_ + "/t-2";
+  const std::string before_old_renamed = root_->path() + "/t-1";
+  const std::string after_old_renamed = root_->path() + "/t-2";
   fs::copy(dir_, before_old_renamed);
   fs::copy(dir_, after_old_renamed);
   OpenLog(CompactConfig());

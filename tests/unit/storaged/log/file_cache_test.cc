@@ -2,12 +2,14 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
+
+#include "tests/util/temp_dir.h"
 
 namespace runnel::storaged {
 namespace {
@@ -19,16 +21,14 @@ bool FdIsOpen(int fd) { return ::fcntl(fd, F_GETFD) != -1; }
 class FileCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/rnl-fc-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    root_.emplace("fc");
     for (int i = 0; i < 5; ++i) std::ofstream(Path(i)) << "file " << i;
   }
-  void TearDown() override { fs::remove_all(root_); }
+  void TearDown() override { root_.reset(); }
 
-  std::string Path(int i) const { return root_ + "/f" + std::to_string(i); }
+  std::string Path(int i) const { return root_->path() + "/f" + std::to_string(i); }
 
-  std::string root_;
+  std::optional<runnel::testing::TempDir> root_;
 };
 
 TEST_F(FileCacheTest, OpensReadWriteAndCloseOnExec) {
@@ -58,7 +58,7 @@ TEST_F(FileCacheTest, SecondGetReusesTheHandle) {
 
 TEST_F(FileCacheTest, MissingFileAndCreate) {
   FileCache cache(4);
-  std::string path = root_ + "/new.log";
+  std::string path = root_->path() + "/new.log";
   auto missing = cache.Get(path);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find(path), absl::string_view::npos);
@@ -171,9 +171,9 @@ TEST_F(FileCacheTest, Forget) {
   EXPECT_TRUE(FdIsOpen(held_fd));  // its holder still has it
 
   // After a rename, the old name is opened afresh.
-  fs::rename(Path(0), root_ + "/renamed");
+  fs::rename(Path(0), root_->path() + "/renamed");
   EXPECT_EQ(cache.Get(Path(0)).status().code(), absl::StatusCode::kNotFound);
-  auto again = cache.Get(root_ + "/renamed");
+  auto again = cache.Get(root_->path() + "/renamed");
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(cache.opens(), 3u);
 }

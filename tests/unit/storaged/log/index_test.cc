@@ -1,14 +1,16 @@
 #include "storaged/log/index.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "tests/util/temp_dir.h"
 
 namespace runnel::storaged {
 namespace {
@@ -19,14 +21,10 @@ constexpr int64_t kBase = 1000;
 
 class IndexTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/rnl-idx-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(root_); }
+  void SetUp() override { root_.emplace("idx"); }
+  void TearDown() override { root_.reset(); }
 
-  std::string Path(const std::string& name) const { return root_ + "/" + name; }
+  std::string Path(const std::string& name) const { return root_->path() + "/" + name; }
 
   static std::vector<uint8_t> ReadBytes(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -76,7 +74,7 @@ class IndexTest : public ::testing::Test {
     return index.ok() ? std::move(*index) : nullptr;
   }
 
-  std::string root_;
+  std::optional<runnel::testing::TempDir> root_;
 };
 
 void ExpectOffsetPosition(const OffsetPosition& got, int64_t offset, int32_t position) {

@@ -6,12 +6,13 @@
 #include <filesystem>
 
 #include "tests/unit/storaged/log/log_test_util.h"
+#include "tests/util/temp_dir.h"
 
 namespace runnel::storaged {
 namespace {
 
+using runnel::testing::TempDir;
 using testing::MakeBatch;
-using testing::TempDir;
 
 constexpr char kTopicId[] = "AAAAAAAAAAAAAAAAAAAAAQ";
 
@@ -41,7 +42,7 @@ class LogManagerTest : public ::testing::Test {
     return n;
   }
 
-  TempDir a_, b_;
+  TempDir a_{"logmgr"}, b_{"logmgr"};
   int64_t now_ = testing::NowMs();
 };
 

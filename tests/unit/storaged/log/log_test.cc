@@ -10,14 +10,15 @@
 #include <thread>
 
 #include "tests/unit/storaged/log/log_test_util.h"
+#include "tests/util/temp_dir.h"
 
 namespace runnel::storaged {
 namespace {
 
 using protocol::ErrorCode;
+using runnel::testing::TempDir;
 using testing::MakeBatch;
 using testing::ReadBatches;
-using testing::TempDir;
 
 class LogTest : public ::testing::Test {
  protected:
@@ -45,7 +46,7 @@ class LogTest : public ::testing::Test {
     return SegmentFilePath(dir_.path() + "/orders-0", base, suffix);
   }
 
-  TempDir dir_;
+  TempDir dir_{"log"};
   FileCache files_{64};
   int64_t now_ = 1'700'000'000'000;
 };

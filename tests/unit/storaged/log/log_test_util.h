@@ -1,10 +1,8 @@
-// Helpers for the storage engine tests: temp directories and record batches.
+// Helpers for the storage engine tests: record batches.
 #pragma once
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -12,19 +10,6 @@
 #include "storaged/log/log.h"
 
 namespace runnel::storaged::testing {
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/rnl-logXXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 inline record::ByteSpan Span(const std::string& s) {
   return record::ByteSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
