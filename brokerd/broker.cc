@@ -31,10 +31,7 @@ std::vector<std::string> ControllerTargets(const config::Config& config) {
   return targets;
 }
 
-std::shared_ptr<spdlog::logger> Log() {
-  static auto logger = log::Get("brokerd");
-  return logger;
-}
+const log::ModuleLogger kLog("brokerd");
 
 }  // namespace
 
@@ -184,8 +181,8 @@ Status Broker::Start(const std::atomic<bool>& stop) {
     return absl::FailedPreconditionError(
         fmt::format("the controller refused the registration: {}", reg_resp.error_message()));
   }
-  Log()->info("registered as broker {} (epoch {}) in cluster {}", node_id_, reg_resp.broker_epoch(),
-              reg_resp.cluster_id());
+  kLog()->info("registered as broker {} (epoch {}) in cluster {}", node_id_,
+               reg_resp.broker_epoch(), reg_resp.cluster_id());
   registration_ = std::move(reg);
   broker_epoch_ = reg_resp.broker_epoch();
 
@@ -201,12 +198,12 @@ Status Broker::Start(const std::atomic<bool>& stop) {
   storage_.StartWatch(
       [this](const storage::PartitionChange& change, bool snapshot) {
         if (snapshot) {
-          Log()->info("storaged holds {} partition(s)", change.partitions_size());
+          kLog()->info("storaged holds {} partition(s)", change.partitions_size());
         }
         partitions_.Apply(change, snapshot);
       },
       [this] {
-        Log()->warn("lost storaged's partition stream; partitions unavailable until it is back");
+        kLog()->warn("lost storaged's partition stream; partitions unavailable until it is back");
         partitions_.MarkLost();
       });
   controller_.StartWatch(
@@ -240,28 +237,28 @@ void Broker::OnHeartbeat(const grpc::Status& status,
   if (!status.ok()) {
     heartbeat_out_ = false;
     if (!heartbeat_failing_) {
-      Log()->warn("heartbeat to the controller failed: {}; retrying every interval",
-                  status.error_message());
+      kLog()->warn("heartbeat to the controller failed: {}; retrying every interval",
+                   status.error_message());
       heartbeat_failing_ = true;
     }
     return;
   }
   if (heartbeat_failing_) {
-    Log()->info("heartbeats reach the controller again");
+    kLog()->info("heartbeats reach the controller again");
     heartbeat_failing_ = false;
   }
   const auto code = static_cast<ErrorCode>(response.error_code());
   if (code == ErrorCode::kStaleBrokerEpoch || code == ErrorCode::kBrokerIdNotRegistered) {
-    Log()->warn("the controller does not know this registration (epoch {}): {}; registering again",
-                broker_epoch_, response.error_message());
+    kLog()->warn("the controller does not know this registration (epoch {}): {}; registering again",
+                 broker_epoch_, response.error_message());
     Reregister();  // keeps heartbeat_out_ until it is answered
     return;
   }
   heartbeat_out_ = false;
   if (code != ErrorCode::kNone) {
-    Log()->warn("heartbeat refused: error {} {}", response.error_code(), response.error_message());
+    kLog()->warn("heartbeat refused: error {} {}", response.error_code(), response.error_message());
   } else if (response.metadata_offset() >= 0) {
-    Log()->info("the controller unfenced this broker (offset {})", response.metadata_offset());
+    kLog()->info("the controller unfenced this broker (offset {})", response.metadata_offset());
   }
 }
 
@@ -272,12 +269,12 @@ void Broker::Reregister() {
              const runnel::controller::RegisterBrokerResponse& response) {
         heartbeat_out_ = false;
         if (!status.ok() || response.error_code() != 0) {
-          Log()->warn("registering again failed: {}",
-                      status.ok() ? response.error_message() : status.error_message());
+          kLog()->warn("registering again failed: {}",
+                       status.ok() ? response.error_message() : status.error_message());
           return;  // the next heartbeat tells again
         }
         broker_epoch_ = response.broker_epoch();
-        Log()->info("registered again as broker {} (epoch {})", node_id_, broker_epoch_);
+        kLog()->info("registered again as broker {} (epoch {})", node_id_, broker_epoch_);
       });
 }
 
@@ -287,14 +284,14 @@ void Broker::OnMetadata(const runnel::controller::MetadataUpdate& update) {
     // Deltas arrive in order; an update at or before what we hold is a resend after a
     // reconnect and is skipped.
     if (update.offset() > metadata_.offset() + 1) {
-      Log()->warn("metadata delta at offset {} does not follow {}; skipped", update.offset(),
-                  metadata_.offset());
+      kLog()->warn("metadata delta at offset {} does not follow {}; skipped", update.offset(),
+                   metadata_.offset());
     }
     return;
   }
   if (!was_ready) {
-    Log()->info("metadata loaded at offset {}: {} topic(s), {} broker(s)", metadata_.offset(),
-                metadata_.topics().size(), metadata_.brokers().size());
+    kLog()->info("metadata loaded at offset {}: {} topic(s), {} broker(s)", metadata_.offset(),
+                 metadata_.topics().size(), metadata_.brokers().size());
     grpcutil::SetServing(*grpc_server_, true);
     dispatcher_.Release();
   }
@@ -304,7 +301,7 @@ void Broker::OnMetadata(const runnel::controller::MetadataUpdate& update) {
 
 int Broker::Run() {
   auto on_signal = [](uv_signal_t* handle, int signum) {
-    Log()->info("signal {} received, shutting down", signum);
+    kLog()->info("signal {} received, shutting down", signum);
     static_cast<Broker*>(handle->data)->StopLoop();
   };
   for (auto [handle, signum] : {std::pair{&sigterm_, SIGTERM}, std::pair{&sigint_, SIGINT}}) {
@@ -313,11 +310,11 @@ int Broker::Run() {
       handle->get()->data = this;
       rc = uv_signal_start(handle->get(), on_signal, signum);
     }
-    if (rc != 0) Log()->error("cannot handle signal {}: {}", signum, uv_strerror(rc));
+    if (rc != 0) kLog()->error("cannot handle signal {}: {}", signum, uv_strerror(rc));
   }
   // A signal that came before these handlers took over.
   if (stop_requested_ != nullptr && stop_requested_->load()) {
-    Log()->info("stop requested during start-up, shutting down");
+    kLog()->info("stop requested during start-up, shutting down");
     StopLoop();
   }
   loop_.Run();
@@ -325,7 +322,7 @@ int Broker::Run() {
   storage_.Stop();
   grpcutil::ShutdownUnixServer(*grpc_server_, socket_path_,
                                std::chrono::system_clock::now() + std::chrono::seconds(2));
-  Log()->info("stopped");
+  kLog()->info("stopped");
   return 0;
 }
 

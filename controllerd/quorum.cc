@@ -12,7 +12,7 @@
 namespace runnel::controllerd {
 namespace {
 
-std::shared_ptr<spdlog::logger> Logger() { return log::Get("controllerd.quorum"); }
+const log::ModuleLogger kLog("controllerd.quorum");
 
 template <class... Ts>
 struct Overloaded : Ts... {
@@ -141,7 +141,7 @@ void Quorum::Stop() {
 void Quorum::TransferLeadershipAndStop(std::chrono::milliseconds max_wait) {
   QuorumState s = State();
   if (s.role == raft::Role::kLeader && voters_.size() > 1 && !s.stopped) {
-    Logger()->info("handing leadership of term {} to another controller before stopping", s.term);
+    kLog()->info("handing leadership of term {} to another controller before stopping", s.term);
     Post(Transfer{});
     const bool moved = WaitFor(
         [&](const QuorumState& st) {
@@ -149,10 +149,10 @@ void Quorum::TransferLeadershipAndStop(std::chrono::milliseconds max_wait) {
         },
         std::chrono::steady_clock::now() + max_wait);
     if (moved) {
-      Logger()->info("controller {} leads now", Leader());
+      kLog()->info("controller {} leads now", Leader());
     } else {
-      Logger()->warn("no other controller took the leadership within {} ms; stopping anyway",
-                     max_wait.count());
+      kLog()->warn("no other controller took the leadership within {} ms; stopping anyway",
+                   max_wait.count());
     }
   }
   Stop();
@@ -262,7 +262,7 @@ void Quorum::Loop() {
                      [&](Transfer&) {
                        if (fatal_ || role_ != raft::Role::kLeader) return;
                        if (Status st = node_->TransferLeadership(raft::kNoNode); !st.ok()) {
-                         Logger()->warn("leadership transfer refused: {}", st.message());
+                         kLog()->warn("leadership transfer refused: {}", st.message());
                        }
                      },
                      [&](Task& t) { t.done->set_value(fatal_ ? *fatal_ : t.run(*storage_)); },
@@ -336,7 +336,7 @@ void Quorum::HandleProposals(std::vector<Proposal>& proposals) {
     Status why = first.ok() ? absl::InternalError(fmt::format(
                                   "entries were appended at offset {}, expected {}", *first, base))
                             : first.status();
-    if (first.ok()) Logger()->error("{}", why.message());
+    if (first.ok()) kLog()->error("{}", why.message());
     for (size_t i = 0; i < accepted.size(); ++i) {
       auto it = pending_.find(base + static_cast<int64_t>(i));
       if (it != pending_.end() && it->second.done == accepted[i]) {
@@ -468,7 +468,7 @@ void Quorum::OnReadIndex(uint64_t read_id, StatusOr<int64_t> commit) {
 void Quorum::OnFatal(const Status& why) {
   if (fatal_) return;
   fatal_ = why;
-  Logger()->critical("the metadata log failed: {}", why.message());
+  kLog()->critical("the metadata log failed: {}", why.message());
   machine_->Fatal(why);
 }
 

@@ -18,7 +18,7 @@ using logformat::PutU32;
 using logformat::PutU64;
 using raft::SnapshotId;
 
-std::shared_ptr<spdlog::logger> Logger() { return log::Get("controllerd.raft"); }
+const log::ModuleLogger kLog("controllerd.raft");
 
 constexpr size_t kQuorumStateSize = 20;
 constexpr uint32_t kQuorumStateVersion = 1;
@@ -83,7 +83,7 @@ std::string RaftLogStore::SegmentPath(int64_t base) const {
 // Recovery
 
 Status RaftLogStore::Recover() {
-  auto logger = Logger();
+  const auto& logger = kLog();
   RUNNEL_ASSIGN_OR_RETURN(std::vector<std::string> names, fs_.ListDir(dir_));
   std::vector<int64_t> bases;
   std::vector<SnapshotId> snapshots;
@@ -169,7 +169,7 @@ Status RaftLogStore::Recover() {
 }
 
 Status RaftLogStore::ScanSegments(const std::vector<int64_t>& bases) {
-  auto logger = Logger();
+  const auto& logger = kLog();
   segments_ = bases;
   int64_t expected = bases.empty() ? 0 : bases.front();
   start_offset_ = expected;
@@ -231,7 +231,7 @@ Status RaftLogStore::ScanSegments(const std::vector<int64_t>& bases) {
 
 StatusOr<bool> RaftLogStore::ReconcileLogWithSnapshot(bool legacy) {
   if (!latest_) return false;
-  auto logger = Logger();
+  const auto& logger = kLog();
   const SnapshotId s = *latest_;
   std::string conflict;
   if (end_offset_ < s.end_offset) {
@@ -302,7 +302,7 @@ StatusOr<SnapshotId> RaftLogStore::RenameLegacySnapshot(SnapshotId id, int64_t t
   RUNNEL_RETURN_IF_ERROR(fs_.Remove(PathOf(old_name)));
   RUNNEL_RETURN_IF_ERROR(fs_.SyncDir(dir_));
   report_.removed_files.push_back(old_name);
-  Logger()->warn(
+  kLog()->warn(
       "metadata log {}: single-voter snapshot {} renamed {}: a Raft snapshot's epoch is the term "
       "of its last entry",
       dir_, old_name, new_name);
@@ -317,8 +317,8 @@ Status RaftLogStore::LoadHardState(bool present, int64_t seen_term) {
     hard_state_ = raft::HardState{std::max(seen_term, LastTerm()), raft::kNoNode};
     RUNNEL_RETURN_IF_ERROR(WriteFileAtomically(fs_, dir_, std::string(kQuorumStateFileName),
                                                EncodeQuorumState(hard_state_)));
-    Logger()->info("metadata log {}: no {} yet; wrote term {}, no vote", dir_, kQuorumStateFileName,
-                   hard_state_.term);
+    kLog()->info("metadata log {}: no {} yet; wrote term {}, no vote", dir_, kQuorumStateFileName,
+                 hard_state_.term);
     return absl::OkStatus();
   }
   RUNNEL_ASSIGN_OR_RETURN(std::string data, fs_.ReadFile(path));
@@ -455,7 +455,7 @@ Status RaftLogStore::Fail(const std::string& what, const Status& st) {
   failed_ = Status(st.code(), fmt::format("metadata log {}: {} failed: {}; no more writes until "
                                           "restart",
                                           dir_, what, st.message()));
-  Logger()->error("{}", std::string(failed_.message()));
+  kLog()->error("{}", std::string(failed_.message()));
   return failed_;
 }
 
@@ -567,7 +567,7 @@ Status RaftLogStore::TruncateFrom(int64_t offset) {
                     latest_ ? logformat::SnapshotFileName(*latest_) : "none", snap_end));
   }
   const EntryLoc loc = entries_[offset - start_offset_];
-  auto logger = Logger();
+  const auto& logger = kLog();
   if (active_) {
     Status st = active_->Close();
     active_.reset();
@@ -645,7 +645,7 @@ Status RaftLogStore::InstallSnapshot(SnapshotId id, std::string data) {
 }
 
 Status RaftLogStore::StoreSnapshot(SnapshotId id, const std::string& data, bool discard_log) {
-  auto logger = Logger();
+  const auto& logger = kLog();
   // The log before a segment roll must be durable: Sync only covers the active segment.
   if (!discard_log) RUNNEL_RETURN_IF_ERROR(Sync());
   std::string name = logformat::SnapshotFileName(id);

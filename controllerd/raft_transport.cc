@@ -15,7 +15,7 @@
 namespace runnel::controllerd {
 namespace {
 
-std::shared_ptr<spdlog::logger> Logger() { return log::Get("controllerd.raft"); }
+const log::ModuleLogger kLog("controllerd.raft");
 
 struct TypePair {
   raft::MessageType type;
@@ -294,14 +294,14 @@ class GrpcRaftTransport::Peer {
         call_ = nullptr;
       }
       if (status.ok()) {
-        if (failing_) Logger()->info("controller {} at {} is reachable again", id_, address_);
+        if (failing_) kLog()->info("controller {} at {} is reachable again", id_, address_);
         failing_ = false;
         continue;
       }
       *dropped_ += count;
       if (!failing_) {
-        Logger()->warn("cannot reach controller {} at {}: {} (Raft retries)", id_, address_,
-                       status.error_message());
+        kLog()->warn("cannot reach controller {} at {}: {} (Raft retries)", id_, address_,
+                     status.error_message());
       }
       failing_ = true;
       // A peer that is down fails each call at once; pausing keeps a full queue from spinning.
@@ -333,7 +333,7 @@ class GrpcRaftTransport::Peer {
             // The voter's empty first batch: it has registered this stream.
             accepted = true;
             backoff = kAttachBackoffMin;
-            if (failing) Logger()->info("attached to controller {} at {} again", id_, address_);
+            if (failing) kLog()->info("attached to controller {} at {} again", id_, address_);
             failing = false;
           }
           if (batch.from() != id_) continue;
@@ -343,7 +343,7 @@ class GrpcRaftTransport::Peer {
           try {
             handler(std::move(messages));
           } catch (const std::exception& e) {
-            Logger()->error("delivering messages from controller {} failed: {}", id_, e.what());
+            kLog()->error("delivering messages from controller {} failed: {}", id_, e.what());
           }
         }
       }
@@ -354,8 +354,8 @@ class GrpcRaftTransport::Peer {
         if (stopping_) return;
       }
       if (!failing) {
-        Logger()->warn("Attach stream to controller {} at {} ended: {} (reconnecting)", id_,
-                       address_, status.error_message());
+        kLog()->warn("Attach stream to controller {} at {} ended: {} (reconnecting)", id_, address_,
+                     status.error_message());
       }
       failing = true;
       if (queue_.SleepUnlessStopped(backoff)) return;
@@ -420,7 +420,7 @@ class GrpcRaftTransport::ObserverStreams {
       slot = s;
       active_.insert(s.get());
     }
-    Logger()->info("observer {} attached", observer);
+    kLog()->info("observer {} attached", observer);
     std::thread reader([&] {
       try {
         raftpb::RaftBatch batch;
@@ -429,7 +429,7 @@ class GrpcRaftTransport::ObserverStreams {
           batch.Clear();
         }
       } catch (const std::exception& e) {
-        Logger()->error("Attach from observer {} failed: {}", observer, e.what());
+        kLog()->error("Attach from observer {} failed: {}", observer, e.what());
       }
       s->queue.Stop();
     });
@@ -453,7 +453,7 @@ class GrpcRaftTransport::ObserverStreams {
         }
       }
     } catch (const std::exception& e) {
-      Logger()->error("Attach to observer {} failed: {}", observer, e.what());
+      kLog()->error("Attach to observer {} failed: {}", observer, e.what());
     }
     context->TryCancel();  // ends the reader's Read, if the observer is still there
     reader.join();
@@ -463,7 +463,7 @@ class GrpcRaftTransport::ObserverStreams {
       auto it = by_observer_.find(observer);
       if (it != by_observer_.end() && it->second == s) by_observer_.erase(it);
     }
-    Logger()->info("observer {} detached", observer);
+    kLog()->info("observer {} detached", observer);
     return grpc::Status::OK;
   }
 
@@ -518,7 +518,7 @@ GrpcRaftTransport::~GrpcRaftTransport() {
 void GrpcRaftTransport::SetReceiver(RaftHandler handler) {
   MutexLock lock(&receiver_mu_);
   if (receiver_ != nullptr) {
-    Logger()->error("GrpcRaftTransport::SetReceiver called twice; ignored");
+    kLog()->error("GrpcRaftTransport::SetReceiver called twice; ignored");
     return;
   }
   receiver_ = std::move(handler);
@@ -564,7 +564,7 @@ grpc::Status RaftServiceImpl::Deliver(grpc::ServerContext*, const raftpb::RaftBa
     DeliverBatch(*batch);
     return grpc::Status::OK;
   } catch (const std::exception& e) {
-    Logger()->error("Deliver failed: {}", e.what());
+    kLog()->error("Deliver failed: {}", e.what());
     return grpc::Status(grpc::StatusCode::INTERNAL, e.what());
   }
 }
@@ -598,7 +598,7 @@ grpc::Status RaftServiceImpl::Attach(
                                }
                              });
   } catch (const std::exception& e) {
-    Logger()->error("Attach failed: {}", e.what());
+    kLog()->error("Attach failed: {}", e.what());
     return grpc::Status(grpc::StatusCode::INTERNAL, e.what());
   }
 }

@@ -17,10 +17,7 @@
 namespace runnel::storaged {
 namespace {
 
-std::shared_ptr<spdlog::logger> AppendLog() {
-  static auto logger = log::Get("storaged.append");
-  return logger;
-}
+const log::ModuleLogger kLog("storaged.append");
 
 // How much one read takes: a request names its bytes in shared memory, so frames are small
 // and one read usually holds every request the brokerd sent since the last one.
@@ -120,8 +117,8 @@ void AppendSocketServer::AcceptLoop() {
     int ready = ::poll(fds, 2, -1);
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) {
-      AppendLog()->error("append socket: poll: {}; no more connections are accepted",
-                         std::strerror(errno));
+      kLog()->error("append socket: poll: {}; no more connections are accepted",
+                    std::strerror(errno));
       return;
     }
     if (fds[1].revents != 0) return;
@@ -129,7 +126,7 @@ void AppendSocketServer::AcceptLoop() {
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) {
-        AppendLog()->warn("append socket: accept: {}", std::strerror(errno));
+        kLog()->warn("append socket: accept: {}", std::strerror(errno));
       }
       continue;
     }
@@ -143,8 +140,7 @@ void AppendSocketServer::AcceptLoop() {
     for (Connection& c : finished) c.thread.join();  // each has returned or is returning
     if (stopping_ || connections_.size() >= kMaxConnections) {
       if (!stopping_) {
-        AppendLog()->warn("append socket: {} connections already; closing a new one",
-                          kMaxConnections);
+        kLog()->warn("append socket: {} connections already; closing a new one", kMaxConnections);
       }
       ::close(fd);
       continue;
@@ -179,14 +175,14 @@ void AppendSocketServer::Serve(Connection* conn) {
       FrameReader::Next next = reader.Pop(&payload);
       if (next == FrameReader::Next::kNeedMore) break;
       if (next == FrameReader::Next::kTooLarge) {
-        AppendLog()->warn("append socket: a frame is longer than {} bytes; closing the connection",
-                          kMaxFrameBytes);
+        kLog()->warn("append socket: a frame is longer than {} bytes; closing the connection",
+                     kMaxFrameBytes);
         open = false;
         break;
       }
       request.Clear();
       if (!request.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-        AppendLog()->warn(
+        kLog()->warn(
             "append socket: a frame of {} bytes is not an AppendStreamRequest; closing "
             "the connection",
             payload.size());

@@ -11,10 +11,7 @@
 namespace runnel::supervisor {
 namespace {
 
-std::shared_ptr<spdlog::logger> Log() {
-  static std::shared_ptr<spdlog::logger> logger = log::Get("supervisor");
-  return logger;
-}
+const log::ModuleLogger kLog("supervisor");
 
 int64_t MillisBetween(TimePoint from, TimePoint to) {
   return std::chrono::duration_cast<Millis>(to - from).count();
@@ -87,7 +84,7 @@ void Supervisor::Start() {
   const TimePoint now = clock_->Now();
   std::string names;
   for (const Role& r : roles_) names += (names.empty() ? "" : ", ") + r.spec.DisplayName();
-  Log()->info("starting roles in order: {}", names);
+  kLog()->info("starting roles in order: {}", names);
   if (roles_.empty()) {
     phase_ = Phase::kRunning;
   } else {
@@ -104,7 +101,7 @@ void Supervisor::Spawn(Role& role, TimePoint now) {
       FailStartup(why, now);
       return;
     }
-    Log()->error("{}", why);
+    kLog()->error("{}", why);
     role.last_exit = why;
     ScheduleRestart(role, now);
     return;
@@ -118,10 +115,10 @@ void Supervisor::Spawn(Role& role, TimePoint now) {
   role.kill_sent = false;
   role.waiting = false;
   if (role.restarts == 0) {
-    Log()->info("started {} (pid {})", role.spec.DisplayName(), role.pid);
+    kLog()->info("started {} (pid {})", role.spec.DisplayName(), role.pid);
   } else {
-    Log()->info("restarted {} (pid {}, restart #{})", role.spec.DisplayName(), role.pid,
-                role.restarts);
+    kLog()->info("restarted {} (pid {}, restart #{})", role.spec.DisplayName(), role.pid,
+                 role.restarts);
   }
 }
 
@@ -143,7 +140,7 @@ void Supervisor::ProbeStarting(Role& role, TimePoint now) {
   if (readiness == Readiness::kWaiting) {
     if (!role.waiting) {
       role.waiting = true;
-      Log()->warn(
+      kLog()->warn(
           "{} (pid {}) is up but not serving after {} ms; it waits for something off "
           "this node (see its log), and the supervisor waits for it",
           role.spec.DisplayName(), role.pid, MillisBetween(role.started_at, now));
@@ -158,7 +155,7 @@ void Supervisor::ProbeStarting(Role& role, TimePoint now) {
     FailStartup(why, now);
     return;
   }
-  Log()->error("{}; stopping it to restart it", why);
+  kLog()->error("{}; stopping it to restart it", why);
   role.last_exit = "not ready in time";
   Terminate(role, now);
 }
@@ -166,21 +163,21 @@ void Supervisor::ProbeStarting(Role& role, TimePoint now) {
 void Supervisor::MarkServing(Role& role, TimePoint now) {
   role.state = RoleState::kServing;
   role.serving_since = now;
-  Log()->info("{} (pid {}) is serving after {} ms", role.spec.DisplayName(), role.pid,
-              MillisBetween(role.started_at, now));
+  kLog()->info("{} (pid {}) is serving after {} ms", role.spec.DisplayName(), role.pid,
+               MillisBetween(role.started_at, now));
   if (phase_ != Phase::kStarting) return;
   ++starting_index_;
   if (starting_index_ < roles_.size()) {
     Spawn(roles_[starting_index_], now);
   } else {
     phase_ = Phase::kRunning;
-    Log()->info("all roles are serving");
+    kLog()->info("all roles are serving");
   }
 }
 
 void Supervisor::FailStartup(std::string why, TimePoint now) {
   if (phase_ != Phase::kStarting) return;
-  Log()->error("startup failed: {}", why);
+  kLog()->error("startup failed: {}", why);
   failure_ = std::move(why);
   exit_code_ = 1;
   phase_ = Phase::kStopping;
@@ -198,12 +195,12 @@ void Supervisor::ScheduleRestart(Role& role, TimePoint now) {
       RestartBackoff(options_.backoff_initial, options_.backoff_max, role.consecutive_failures);
   role.state = RoleState::kBackoff;
   role.deadline = now + delay;
-  Log()->info("restarting {} in {} ms (restart #{}, failure {} in a row)", role.spec.DisplayName(),
-              delay.count(), role.restarts + 1, role.consecutive_failures);
+  kLog()->info("restarting {} in {} ms (restart #{}, failure {} in a row)", role.spec.DisplayName(),
+               delay.count(), role.restarts + 1, role.consecutive_failures);
 }
 
 void Supervisor::Terminate(Role& role, TimePoint now) {
-  Log()->info("stopping {} (pid {}) with SIGTERM", role.spec.DisplayName(), role.pid);
+  kLog()->info("stopping {} (pid {}) with SIGTERM", role.spec.DisplayName(), role.pid);
   launcher_->Signal(role.pid, SIGTERM);
   role.state = RoleState::kStopping;
   role.deadline = now + options_.stop_timeout;
@@ -216,7 +213,7 @@ void Supervisor::OnExit(int pid, int wait_status) {
     if (r.pid != 0 && r.pid == pid) role = &r;
   }
   if (role == nullptr) {
-    Log()->debug("reaped pid {} which is not a current role process", pid);
+    kLog()->debug("reaped pid {} which is not a current role process", pid);
     return;
   }
   const TimePoint now = clock_->Now();
@@ -228,19 +225,19 @@ void Supervisor::OnExit(int pid, int wait_status) {
   switch (phase_) {
     case Phase::kStarting:
       role->state = RoleState::kStopped;
-      Log()->error("{} (pid {}) exited during startup: {}", name, pid, how);
+      kLog()->error("{} (pid {}) exited during startup: {}", name, pid, how);
       FailStartup(fmt::format("{} exited during startup ({})", name, how), now);
       break;
     case Phase::kRunning:
       if (was_stopping) {
-        Log()->warn("{} (pid {}) stopped: {}", name, pid, how);
+        kLog()->warn("{} (pid {}) stopped: {}", name, pid, how);
       } else {
-        Log()->error("{} (pid {}) died: {}", name, pid, how);
+        kLog()->error("{} (pid {}) died: {}", name, pid, how);
       }
       ScheduleRestart(*role, now);
       break;
     case Phase::kStopping:
-      Log()->info("{} (pid {}) exited: {}", name, pid, how);
+      kLog()->info("{} (pid {}) exited: {}", name, pid, how);
       role->state = RoleState::kStopped;
       AdvanceStop(now);
       break;
@@ -253,10 +250,10 @@ void Supervisor::OnExit(int pid, int wait_status) {
 
 void Supervisor::RequestStop() {
   if (phase_ == Phase::kStopping || phase_ == Phase::kDone) {
-    Log()->info("already stopping");
+    kLog()->info("already stopping");
     return;
   }
-  Log()->info("stopping roles in reverse order");
+  kLog()->info("stopping roles in reverse order");
   phase_ = Phase::kStopping;
   stop_index_ = static_cast<int>(roles_.size()) - 1;
   AdvanceStop(clock_->Now());
@@ -265,15 +262,15 @@ void Supervisor::RequestStop() {
 
 bool Supervisor::EscalateStop(Role& role, TimePoint now) {
   if (!role.kill_sent) {
-    Log()->warn("{} (pid {}) did not exit within {} ms of SIGTERM; sending SIGKILL",
-                role.spec.DisplayName(), role.pid, options_.stop_timeout.count());
+    kLog()->warn("{} (pid {}) did not exit within {} ms of SIGTERM; sending SIGKILL",
+                 role.spec.DisplayName(), role.pid, options_.stop_timeout.count());
     launcher_->Signal(role.pid, SIGKILL);
     role.kill_sent = true;
     role.deadline = now + options_.kill_grace;
     return false;
   }
-  Log()->error("{} (pid {}) did not exit {} ms after SIGKILL; leaving it behind",
-               role.spec.DisplayName(), role.pid, options_.kill_grace.count());
+  kLog()->error("{} (pid {}) did not exit {} ms after SIGKILL; leaving it behind",
+                role.spec.DisplayName(), role.pid, options_.kill_grace.count());
   role.last_exit = "did not exit after SIGKILL";
   role.pid = 0;
   return true;
@@ -300,7 +297,7 @@ void Supervisor::AdvanceStop(TimePoint now) {
     --stop_index_;
   }
   phase_ = Phase::kDone;
-  Log()->info("all roles stopped");
+  kLog()->info("all roles stopped");
 }
 
 void Supervisor::Poll() {

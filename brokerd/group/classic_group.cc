@@ -16,10 +16,7 @@ using protocol::ErrorCode;
 using protocol::JoinGroupResponse;
 using protocol::SyncGroupResponse;
 
-std::shared_ptr<spdlog::logger> Log() {
-  static auto logger = log::Get("brokerd.group");
-  return logger;
-}
+const log::ModuleLogger kLog("brokerd.group");
 
 // Java's UUID.toString(): 8-4-4-4-12 lowercase hex digits.
 std::string JavaUuidString(const protocol::Uuid& uuid) {
@@ -323,8 +320,8 @@ void ClassicGroup::Load(const ClassicGroupValue& value) {
   state_timestamp_ms_ = value.current_state_timestamp_ms;
   for (auto& [id, m] : members_) RescheduleHeartbeat(m, m.session_timeout_ms);
   if (members_.size() > static_cast<size_t>(env_.config().max_size)) {
-    Log()->info("group {}: {} members loaded, above group.max.size {}; rebalancing", group_id_,
-                members_.size(), env_.config().max_size);
+    kLog()->info("group {}: {} members loaded, above group.max.size {}; rebalancing", group_id_,
+                 members_.size(), env_.config().max_size);
     PrepareRebalance();
   }
 }
@@ -347,8 +344,8 @@ void ClassicGroup::PersistEmpty() {
   ++empty_writes_in_flight_;
   WriteGroup(ToValue(), [this](ErrorCode error) {
     if (error != ErrorCode::kNone) {
-      Log()->warn("group {}: writing the Empty state failed with error {}", group_id_,
-                  protocol::ErrorName(error));
+      kLog()->warn("group {}: writing the Empty state failed with error {}", group_id_,
+                   protocol::ErrorName(error));
     }
     if (--empty_writes_in_flight_ == 0) {
       auto waiters = std::move(after_empty_write_);
@@ -372,7 +369,7 @@ void ClassicGroup::RescheduleHeartbeat(Member& member, int64_t timeout_ms) {
 void ClassicGroup::ExpireHeartbeat(const std::string& member_id) {
   if (state_ == State::kDead) return;
   if (pending_members_.count(member_id) > 0) {
-    Log()->info("group {}: pending member {} expired", group_id_, member_id);
+    kLog()->info("group {}: pending member {} expired", group_id_, member_id);
     pending_member_timers_.erase(member_id);
     pending_members_.erase(member_id);
     if (state_ == State::kPreparingRebalance && HasAllMembersJoined()) CompleteJoin();
@@ -386,7 +383,7 @@ void ClassicGroup::ExpireHeartbeat(const std::string& member_id) {
   // restarts when that request is answered. A new member can expire while parked.
   const bool satisfied = !m.is_new && (m.awaiting_join || m.awaiting_sync);
   if (satisfied) return;
-  Log()->info("group {}: member {} session expired; removing it", group_id_, member_id);
+  kLog()->info("group {}: member {} session expired; removing it", group_id_, member_id);
   RemoveMemberAndUpdateGroup(member_id);
 }
 
@@ -462,7 +459,7 @@ void ClassicGroup::PrepareRebalance() {
                    [this, delay_ms, remaining_ms] { InitialDelayExpired(delay_ms, remaining_ms); });
   }
   TransitionTo(State::kPreparingRebalance);
-  Log()->info("group {}: preparing to rebalance (generation {})", group_id_, generation_);
+  kLog()->info("group {}: preparing to rebalance (generation {})", group_id_, generation_);
   if (initial) return;
   if (HasAllMembersJoined()) {
     CompleteJoin();
@@ -501,8 +498,8 @@ void ClassicGroup::CompleteJoin() {
     if (!m.awaiting_join && !m.group_instance_id) not_rejoined.push_back(id);
   }
   if (!not_rejoined.empty()) {
-    Log()->info("group {}: removing {} dynamic members that did not rejoin", group_id_,
-                not_rejoined.size());
+    kLog()->info("group {}: removing {} dynamic members that did not rejoin", group_id_,
+                 not_rejoined.size());
     for (const std::string& id : not_rejoined) RemoveMember(id);
   }
 
@@ -524,7 +521,7 @@ void ClassicGroup::CompleteJoin() {
     }
   }
   if (!have_leader && !members_.empty()) {
-    Log()->warn("group {}: no member rejoined; waiting another rebalance timeout", group_id_);
+    kLog()->warn("group {}: no member rejoined; waiting another rebalance timeout", group_id_);
     StartJoinTimer(RebalanceTimeoutMs(), [this] { CompleteJoin(); });
     return;
   }
@@ -534,14 +531,14 @@ void ClassicGroup::CompleteJoin() {
   if (members_.empty()) {
     protocol_.reset();
     TransitionTo(State::kEmpty);
-    Log()->info("group {}: generation {} is empty", group_id_, generation_);
+    kLog()->info("group {}: generation {} is empty", group_id_, generation_);
     PersistEmpty();
     return;
   }
   protocol_ = SelectProtocol();
   TransitionTo(State::kCompletingRebalance);
-  Log()->info("group {}: generation {} with {} members, protocol {}", group_id_, generation_,
-              members_.size(), *protocol_);
+  kLog()->info("group {}: generation {} with {} members, protocol {}", group_id_, generation_,
+               members_.size(), *protocol_);
 
   // Answer every parked JoinGroup (the leader's with all members' metadata). Answers are
   // built first: a callback must not see the group half-updated.
@@ -570,7 +567,7 @@ void ClassicGroup::ExpirePendingSync(int32_t generation) {
   if (state_ != State::kCompletingRebalance && state_ != State::kStable) return;
   if (pending_sync_members_.empty()) return;
   std::vector<std::string> late(pending_sync_members_.begin(), pending_sync_members_.end());
-  Log()->info("group {}: removing {} members that did not send SyncGroup", group_id_, late.size());
+  kLog()->info("group {}: removing {} members that did not send SyncGroup", group_id_, late.size());
   for (const std::string& id : late) RemoveMember(id);
   PrepareRebalance();
 }
@@ -605,8 +602,8 @@ void ClassicGroup::OnSyncWritten(int32_t generation,
   // The group may have moved on (a member joined or left) while the write was in flight.
   if (state_ != State::kCompletingRebalance || generation != generation_) return;
   if (error != ErrorCode::kNone) {
-    Log()->warn("group {}: writing the assignment of generation {} failed with error {}", group_id_,
-                generation, protocol::ErrorName(error));
+    kLog()->warn("group {}: writing the assignment of generation {} failed with error {}",
+                 group_id_, generation, protocol::ErrorName(error));
     ResetAndPropagateAssignmentWithError(error);
     MaybePrepareRebalanceOrCompleteJoin();
     return;
@@ -649,8 +646,8 @@ void ClassicGroup::JoinNewMember(JoinParams params, JoinDone done) {
   if (params.group_instance_id) {
     auto it = static_members_.find(*params.group_instance_id);
     if (it != static_members_.end()) {
-      Log()->info("group {}: static member {} rejoins; replacing member id {} with {}", group_id_,
-                  *params.group_instance_id, it->second, new_id);
+      kLog()->info("group {}: static member {} rejoins; replacing member id {} with {}", group_id_,
+                   *params.group_instance_id, it->second, new_id);
       std::string old_id = it->second;
       return ReplaceStaticMemberThenRebalance(old_id, new_id, std::move(params), std::move(done));
     }
@@ -820,8 +817,8 @@ void ClassicGroup::ReplaceStaticMemberThenRebalance(const std::string& old_id,
         if (it == members_.end() || !it->second.awaiting_join) return;  // answered since
         Member& m = it->second;
         if (error != ErrorCode::kNone) {
-          Log()->warn("group {}: writing static member {} as {} failed ({}); reverting to {}",
-                      group_id_, instance_id, new_id, protocol::ErrorName(error), old_id);
+          kLog()->warn("group {}: writing static member {} as {} failed ({}); reverting to {}",
+                       group_id_, instance_id, new_id, protocol::ErrorName(error), old_id);
           JoinDone cb = std::move(m.awaiting_join);
           m.awaiting_join = nullptr;
           UpdateMember(m, std::move(old_protocols), old_rebalance_timeout, old_session_timeout,
@@ -973,8 +970,8 @@ void ClassicGroup::Leave(std::vector<LeaveMember> members, LeaveDone done) {
         r.error = ErrorCode::kUnknownMemberId;
       } else {
         std::string id = it->second;
-        Log()->info("group {}: static member {} ({}) removed by LeaveGroup", group_id_,
-                    *lm.group_instance_id, id);
+        kLog()->info("group {}: static member {} ({}) removed by LeaveGroup", group_id_,
+                     *lm.group_instance_id, id);
         RemoveMember(id);
       }
     } else if (pending_members_.count(lm.member_id) > 0) {
@@ -983,7 +980,7 @@ void ClassicGroup::Leave(std::vector<LeaveMember> members, LeaveDone done) {
                error != ErrorCode::kNone) {
       r.error = error;
     } else {
-      Log()->info("group {}: member {} left", group_id_, lm.member_id);
+      kLog()->info("group {}: member {} left", group_id_, lm.member_id);
       RemoveMember(lm.member_id);
     }
     any_left = any_left || r.error == ErrorCode::kNone;

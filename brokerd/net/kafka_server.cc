@@ -21,10 +21,7 @@
 namespace runnel::brokerd {
 namespace {
 
-std::shared_ptr<spdlog::logger> Log() {
-  static auto logger = log::Get("brokerd.net");
-  return logger;
-}
+const log::ModuleLogger kLog("brokerd.net");
 
 std::string PeerAddress(int fd, std::string* ip_out) {
   sockaddr_storage addr{};
@@ -79,7 +76,7 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     int rc = poll_.Init([&](uv_poll_t* h) { return uv_poll_init(loop, h, fd_); });
     if (rc != 0) {
-      Log()->warn("connection from {}: cannot poll its socket: {}", peer_, uv_strerror(rc));
+      kLog()->warn("connection from {}: cannot poll its socket: {}", peer_, uv_strerror(rc));
       return false;
     }
     poll_.get()->data = this;
@@ -135,7 +132,7 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     auto* conn = static_cast<Connection*>(handle->data);
     if (conn->closing_) return;
     if (status < 0) {
-      Log()->debug("connection {} from {}: {}", conn->id_, conn->peer_, uv_strerror(status));
+      kLog()->debug("connection {} from {}: {}", conn->id_, conn->peer_, uv_strerror(status));
       conn->Close();
       return;
     }
@@ -157,8 +154,8 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     polled_events_ = events;
     int rc = events == 0 ? uv_poll_stop(poll_.get()) : uv_poll_start(poll_.get(), events, &OnPoll);
     if (rc != 0) {
-      Log()->warn("connection {} from {}: cannot poll its socket: {}; closing it", id_, peer_,
-                  uv_strerror(rc));
+      kLog()->warn("connection {} from {}: cannot poll its socket: {}; closing it", id_, peer_,
+                   uv_strerror(rc));
       Close();
     }
   }
@@ -198,7 +195,7 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (n <= 0) {
         if (n < 0) {
-          Log()->debug("connection {} from {}: {}", id_, peer_, std::strerror(errno));
+          kLog()->debug("connection {} from {}: {}", id_, peer_, std::strerror(errno));
         }
         parsing_ = false;
         Close();
@@ -234,7 +231,7 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     while (!closing_ && !close_requested_ && in_.size() - pos >= 4) {
       int32_t size = static_cast<int32_t>(LoadBigEndian32(in_.data() + pos));
       if (size < 0 || size > server_->limits_.max_request_bytes) {
-        Log()->warn(
+        kLog()->warn(
             "connection {} from {}: request size {} is outside 0..{} "
             "(socket.request.max.bytes); closing it",
             id_, peer_, size, server_->limits_.max_request_bytes);
@@ -288,8 +285,8 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
                                                  static_cast<int16_t>((frame[0] << 8) | frame[1]),
                                                  static_cast<int16_t>((frame[2] << 8) | frame[3])));
     if (!st.ok()) {
-      Log()->warn("connection {} from {}: malformed request header ({}); closing it", id_, peer_,
-                  std::string(st.message()));
+      kLog()->warn("connection {} from {}: malformed request header ({}); closing it", id_, peer_,
+                   std::string(st.message()));
       Close();
       return;
     }
@@ -359,7 +356,7 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     }
     if (problem == nullptr && size > INT32_MAX) problem = "a response above 2 GiB";
     if (problem != nullptr) {
-      Log()->error("connection {}: {}; closing", id_, problem);
+      kLog()->error("connection {}: {}; closing", id_, problem);
       Close();
       return false;
     }
@@ -431,7 +428,7 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     } while (n < 0 && errno == EINTR);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return WriteResult::kBlocked;
-      Log()->debug("connection {} from {}: write: {}", id_, peer_, std::strerror(errno));
+      kLog()->debug("connection {} from {}: write: {}", id_, peer_, std::strerror(errno));
       Close();
       return WriteResult::kClosed;
     }
@@ -464,15 +461,15 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     } while (n < 0 && errno == EINTR);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return WriteResult::kBlocked;
-      Log()->warn("connection {} from {}: sendfile of {} bytes at {}: {}; closing it", id_, peer_,
-                  want, pos, std::strerror(errno));
+      kLog()->warn("connection {} from {}: sendfile of {} bytes at {}: {}; closing it", id_, peer_,
+                   want, pos, std::strerror(errno));
       Close();
       return WriteResult::kClosed;
     }
     if (n == 0) {
       // The file ends before the slice does (truncated under us). The frame's size is
       // already promised and cannot be padded: closing makes the client retry.
-      Log()->warn(
+      kLog()->warn(
           "connection {} from {}: a record file has no byte {}, {} bytes short of the slice the "
           "response promised (truncated?); closing it",
           id_, peer_, pos, want);
@@ -556,7 +553,7 @@ Status KafkaServer::Listen(const std::vector<config::Listener>& listeners) {
                    ? ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port)
                    : ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
     bound_ports_[l.name] = port;
-    Log()->info("listening for Kafka clients on {} {}:{}", l.name, host, port);
+    kLog()->info("listening for Kafka clients on {} {}:{}", l.name, host, port);
     listeners_.push_back(std::move(listener));
   }
   return absl::OkStatus();
@@ -565,7 +562,7 @@ Status KafkaServer::Listen(const std::vector<config::Listener>& listeners) {
 void KafkaServer::OnNewConnection(uv_stream_t* stream, int status) {
   auto* listener = static_cast<Listener*>(stream->data);
   if (status < 0) {
-    Log()->warn("accept on {} failed: {}", listener->name, uv_strerror(status));
+    kLog()->warn("accept on {} failed: {}", listener->name, uv_strerror(status));
     return;
   }
   listener->server->Accept(listener);
@@ -592,7 +589,7 @@ void KafkaServer::Accept(Listener* listener) {
   }
   accepted.Close();
   if (fd < 0) {
-    Log()->warn("accept on {} failed: {}", listener->name, uv_strerror(rc));
+    kLog()->warn("accept on {} failed: {}", listener->name, uv_strerror(rc));
     return;
   }
   auto conn = std::make_shared<Connection>(this, next_connection_id_++, listener->name, fd);
@@ -602,7 +599,7 @@ void KafkaServer::Accept(Listener* listener) {
   ++from_ip;
   if (closed_ || static_cast<int64_t>(connections_.size()) > limits_.max_connections ||
       from_ip > limits_.max_connections_per_ip) {
-    Log()->warn(
+    kLog()->warn(
         "refusing connection from {}: {} connection limit reached", conn->ip(),
         from_ip > limits_.max_connections_per_ip ? "max.connections.per.ip" : "max.connections");
     conn->Close();

@@ -15,10 +15,7 @@ namespace {
 
 constexpr uint64_t kAlign = 64;
 
-std::shared_ptr<spdlog::logger> Log() {
-  static auto logger = log::Get("brokerd.arena");
-  return logger;
-}
+const log::ModuleLogger kLog("brokerd.arena");
 
 }  // namespace
 
@@ -114,7 +111,7 @@ AppendArena::Block AppendArena::Allocate(std::shared_ptr<SharedRegion>& current,
     std::string error;
     current = SharedRegion::Create(region_bytes_, &error);
     if (!current) {
-      Log()->warn("produce bytes go through gRPC from now on: no shared memory ({})", error);
+      kLog()->warn("produce bytes go through gRPC from now on: no shared memory ({})", error);
       region_bytes_ = 0;
       return nullptr;
     }
@@ -155,7 +152,7 @@ void AppendArena::Abandon(Block& block, bool shared_unusable, const std::string&
   const std::shared_ptr<SharedRegion>& region = block->region();
   if (!region->abandoned) {
     region->abandoned = true;
-    Log()->info(
+    kLog()->info(
         "a storaged call holding shared produce bytes failed ({}); its region is not "
         "reused",
         why);
@@ -163,7 +160,7 @@ void AppendArena::Abandon(Block& block, bool shared_unusable, const std::string&
   if (copies_ == region) copies_.reset();
   if (frames_ == region) frames_.reset();
   if (shared_unusable && region_bytes_ > 0) {
-    Log()->warn(
+    kLog()->warn(
         "produce bytes go through gRPC from now on: storaged cannot map brokerd's "
         "shared memory ({})",
         why);

@@ -10,10 +10,7 @@
 namespace runnel::brokerd {
 namespace {
 
-std::shared_ptr<spdlog::logger> Log() {
-  static auto logger = log::Get("brokerd.append");
-  return logger;
-}
+const log::ModuleLogger kLog("brokerd.append");
 
 constexpr uint64_t kTickMs = 100;
 constexpr size_t kReadBytes = 64 << 10;
@@ -72,8 +69,8 @@ void AppendStream::Connect() {
 
 void AppendStream::OnConnected(Connection* conn, int status) {
   if (status < 0) {
-    Log()->debug("cannot reach storaged's append socket {}: {}; retrying", socket_path_,
-                 uv_strerror(status));
+    kLog()->debug("cannot reach storaged's append socket {}: {}; retrying", socket_path_,
+                  uv_strerror(status));
     Drop();
     UpdateTimer();
     return;
@@ -89,14 +86,14 @@ void AppendStream::OnConnected(Connection* conn, int status) {
         if (c->owner != nullptr) c->owner->OnRead(c, nread, buf);
       });
   if (rc < 0) {
-    Log()->warn("append socket: cannot read: {}", uv_strerror(rc));
+    kLog()->warn("append socket: cannot read: {}", uv_strerror(rc));
     Drop();
     UpdateTimer();
     return;
   }
   conn->connected = true;
   backoff_ = kMinBackoff;
-  Log()->info("appends go to storaged through {}", socket_path_);
+  kLog()->info("appends go to storaged through {}", socket_path_);
   UpdateTimer();
 }
 
@@ -190,7 +187,7 @@ void AppendStream::OnTick() {
   const auto now = std::chrono::steady_clock::now();
   for (const Call& call : calls_) {
     if (call.deadline <= now) {
-      Log()->warn("storaged did not answer an append in time; closing the append socket");
+      kLog()->warn("storaged did not answer an append in time; closing the append socket");
       Broken(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                           "storaged did not answer the append in time"));
       return;
@@ -202,7 +199,8 @@ void AppendStream::OnTick() {
 
 void AppendStream::Broken(const grpc::Status& why) {
   if (connected()) {
-    Log()->warn("{}; appends go through gRPC until the append socket is back", why.error_message());
+    kLog()->warn("{}; appends go through gRPC until the append socket is back",
+                 why.error_message());
   }
   Drop();
   auto calls = std::move(calls_);

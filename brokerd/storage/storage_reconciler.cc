@@ -8,10 +8,7 @@
 namespace runnel::brokerd {
 namespace {
 
-std::shared_ptr<spdlog::logger> Log() {
-  static auto logger = log::Get("brokerd.storage");
-  return logger;
-}
+const log::ModuleLogger kLog("brokerd.storage");
 
 constexpr std::chrono::milliseconds kCallTimeout{30000};
 constexpr uint64_t kRetryMs = 1000;
@@ -111,10 +108,10 @@ void StorageReconciler::Pass() {
   }
   in_sync_ = false;
   for (const auto& s : deletes.partitions()) {
-    Log()->info("deleting the log of {}-{} (no longer placed here)", s.topic(), s.partition());
+    kLog()->info("deleting the log of {}-{} (no longer placed here)", s.topic(), s.partition());
   }
   if (creates.partitions_size() > 0) {
-    Log()->info("creating {} partition log(s)", creates.partitions_size());
+    kLog()->info("creating {} partition log(s)", creates.partitions_size());
   }
   auto configs = std::make_shared<std::map<std::string, std::map<std::string, std::string>>>(
       std::move(configs_now));
@@ -122,14 +119,14 @@ void StorageReconciler::Pass() {
   auto check = [ok](const char* what, const grpc::Status& status,
                     const storage::PartitionsResponse& resp) {
     if (!status.ok()) {
-      Log()->warn("{} partitions: storaged call failed: {}", what, status.error_message());
+      kLog()->warn("{} partitions: storaged call failed: {}", what, status.error_message());
       *ok = false;
       return;
     }
     for (const auto& r : resp.partitions()) {
       if (Settled(r)) continue;
-      Log()->warn("{} {}-{}: error {}: {}", what, r.topic(), r.partition(), r.error_code(),
-                  r.error_message());
+      kLog()->warn("{} {}-{}: error {}: {}", what, r.topic(), r.partition(), r.error_code(),
+                   r.error_message());
       *ok = false;
     }
   };

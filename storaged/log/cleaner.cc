@@ -23,10 +23,7 @@ namespace {
 using record::BatchView;
 using record::ByteSpan;
 
-std::shared_ptr<spdlog::logger> Logger() {
-  static auto logger = log::Get("storaged.cleaner");
-  return logger;
-}
+const log::ModuleLogger kLog("storaged.cleaner");
 
 // Reads are this large (or one batch, when larger), and cleaned output is written in appends
 // of about this size.
@@ -153,7 +150,7 @@ void RemoveCleanedFiles(Log& log, int64_t base) {
     std::string path = SegmentFilePath(log.dir(), base, kind) + std::string(kCleanedSuffix);
     if (kind == kLogSuffix) log.files()->Forget(path);
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-      Logger()->warn("[{}] unlink {}: {}", log.tp().ToString(), path, std::strerror(errno));
+      kLog()->warn("[{}] unlink {}: {}", log.tp().ToString(), path, std::strerror(errno));
     }
   }
 }
@@ -189,7 +186,7 @@ class CleanedWriter {
   void Abandon() {
     if (out_ == nullptr) return;
     Status s = out_->Delete();
-    if (!s.ok()) Logger()->warn("[{}] {}", log_.tp().ToString(), s.message());
+    if (!s.ok()) kLog()->warn("[{}] {}", log_.tp().ToString(), s.message());
     out_.reset();
   }
 
@@ -561,8 +558,7 @@ StatusOr<CleanerStats> Cleaner::Clean(Log& log, std::vector<std::shared_ptr<Segm
   auto abort_or_fail = [&](const Status& s) -> StatusOr<CleanerStats> {
     if (!SegmentsLeft(log, segments)) return s;
     stats.aborted = true;
-    Logger()->info("[{}] cleaning aborted: segments were removed meanwhile ({})", name,
-                   s.message());
+    kLog()->info("[{}] cleaning aborted: segments were removed meanwhile ({})", name, s.message());
     return stats;
   };
   OffsetMap map;
@@ -587,10 +583,9 @@ StatusOr<CleanerStats> Cleaner::Clean(Log& log, std::vector<std::shared_ptr<Segm
     // stay. (The manager pauses cleaning around truncation; this catches what it missed.)
     if (log.State().log_end_offset < clean_end) {
       Status s = cleaned->Delete();
-      if (!s.ok()) Logger()->warn("[{}] {}", name, s.message());
+      if (!s.ok()) kLog()->warn("[{}] {}", name, s.message());
       stats.aborted = true;
-      Logger()->info("[{}] cleaning aborted: the log was truncated below offset {}", name,
-                     clean_end);
+      kLog()->info("[{}] cleaning aborted: the log was truncated below offset {}", name, clean_end);
       return stats;
     }
     Status swapped = log.ReplaceSegment(segment, std::move(cleaned), to_unlink, truncations);
@@ -598,8 +593,8 @@ StatusOr<CleanerStats> Cleaner::Clean(Log& log, std::vector<std::shared_ptr<Segm
       RemoveCleanedFiles(log, base);
       if (swapped.code() == absl::StatusCode::kFailedPrecondition) {
         stats.aborted = true;
-        Logger()->info("[{}] cleaning aborted: segment {} changed meanwhile", name,
-                       OffsetFileStem(base));
+        kLog()->info("[{}] cleaning aborted: segment {} changed meanwhile", name,
+                     OffsetFileStem(base));
         return stats;
       }
       return swapped;
@@ -608,11 +603,11 @@ StatusOr<CleanerStats> Cleaner::Clean(Log& log, std::vector<std::shared_ptr<Segm
   }
   stats.end_offset = std::max(log.first_dirty_offset(), clean_end);
   log.set_first_dirty_offset(stats.end_offset);
-  Logger()->log(stats.segments_cleaned > 0 ? spdlog::level::info : spdlog::level::debug,
-                "[{}] cleaned up to offset {}: {} segment(s) rewritten, {} bytes read, {} "
-                "written, {} record(s) removed ({} tombstones)",
-                name, clean_end, stats.segments_cleaned, stats.bytes_read, stats.bytes_written,
-                stats.records_removed, stats.tombstones_removed);
+  kLog()->log(stats.segments_cleaned > 0 ? spdlog::level::info : spdlog::level::debug,
+              "[{}] cleaned up to offset {}: {} segment(s) rewritten, {} bytes read, {} "
+              "written, {} record(s) removed ({} tombstones)",
+              name, clean_end, stats.segments_cleaned, stats.bytes_read, stats.bytes_written,
+              stats.records_removed, stats.tombstones_removed);
   return stats;
 }
 

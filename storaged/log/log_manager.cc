@@ -20,10 +20,7 @@
 namespace runnel::storaged {
 namespace {
 
-std::shared_ptr<spdlog::logger> Logger() {
-  static auto logger = log::Get("storaged.log");
-  return logger;
-}
+const log::ModuleLogger kLog("storaged.log");
 
 constexpr size_t kCloseThreads = 8;
 
@@ -40,7 +37,7 @@ LogManager::LogManager(LogManagerOptions options)
 
 LogManager::~LogManager() {
   Status s = Shutdown();
-  if (!s.ok()) Logger()->warn("shutdown: {}", s.message());
+  if (!s.ok()) kLog()->warn("shutdown: {}", s.message());
 }
 
 LogOptions LogManager::MakeLogOptions(const std::string& dir, const TopicPartition& tp,
@@ -73,7 +70,7 @@ Status LogManager::LoadDir(const std::string& dir) {
   StatusOr<std::map<TopicPartition, int64_t>> dirty =
       OffsetCheckpointFile(Join(dir, kCleanerOffsetCheckpoint)).Read();
   if (!dirty.ok()) {
-    Logger()->warn("{}: starting compaction from the log start: {}", dir, dirty.status().message());
+    kLog()->warn("{}: starting compaction from the log start: {}", dir, dirty.status().message());
     dirty = std::map<TopicPartition, int64_t>{};
   }
   DIR* d = ::opendir(dir.c_str());
@@ -159,10 +156,10 @@ Status LogManager::LoadDir(const std::string& dir) {
     }
     RUNNEL_RETURN_IF_ERROR(FsyncDir(dir));
   }
-  Logger()->info("{}: loaded {} partition(s){}", dir, todo.size(),
-                 todo.empty() ? ""
-                 : clean      ? " after a clean shutdown"
-                              : " after an unclean stop");
+  kLog()->info("{}: loaded {} partition(s){}", dir, todo.size(),
+               todo.empty() ? ""
+               : clean      ? " after a clean shutdown"
+                            : " after an unclean stop");
   return absl::OkStatus();
 }
 
@@ -207,7 +204,7 @@ StatusOr<std::shared_ptr<Log>> LogManager::CreateLog(
         logs_[tp] = log;
         log_dir_of_[tp] = dir;
       }
-      Logger()->info("[{}] created in {}", tp.ToString(), dir);
+      kLog()->info("[{}] created in {}", tp.ToString(), dir);
     }
   }
   if (!topic_id.empty() && !log->topic_id().empty() && log->topic_id() != topic_id) {
@@ -241,7 +238,7 @@ Status LogManager::DeleteLog(const TopicPartition& tp) {
     log_dir_of_.erase(tp);
   }
   RUNNEL_ASSIGN_OR_RETURN(std::string renamed, log->MarkDeleted());
-  Logger()->info("[{}] deleted; its files go from {}", tp.ToString(), renamed);
+  kLog()->info("[{}] deleted; its files go from {}", tp.ToString(), renamed);
   {
     MutexLock lock(&work_mu_);
     deleted_dirs_.push_back(renamed);
@@ -320,7 +317,7 @@ void LogManager::RunRetention() {
 void LogManager::RunTimedFlush() {
   for (const std::shared_ptr<Log>& log : AllLogs()) {
     Status s = log->MaybeTimedFlush();
-    if (!s.ok()) Logger()->error("[{}] timed flush: {}", log->tp().ToString(), s.message());
+    if (!s.ok()) kLog()->error("[{}] timed flush: {}", log->tp().ToString(), s.message());
   }
 }
 
@@ -340,7 +337,7 @@ void LogManager::UnlinkDue(bool all) {
   }
   for (const std::shared_ptr<Segment>& s : due) {
     Status st = s->Delete();
-    if (!st.ok()) Logger()->warn("unlink {}: {}", s->log_path(), st.message());
+    if (!st.ok()) kLog()->warn("unlink {}: {}", s->log_path(), st.message());
   }
 }
 
@@ -353,7 +350,7 @@ void LogManager::RemoveDeletedDirs(bool all) {
   for (const std::string& d : dirs) {
     std::error_code ec;
     std::filesystem::remove_all(d, ec);
-    if (ec) Logger()->warn("removing {}: {}", d, ec.message());
+    if (ec) kLog()->warn("removing {}: {}", d, ec.message());
   }
 }
 
@@ -404,7 +401,7 @@ void LogManager::BackgroundLoop() {
     for (const auto& [tp, offset] : rolls) {
       if (std::shared_ptr<Log> log = GetLog(tp)) {
         Status s = log->FlushUpTo(offset);
-        if (!s.ok()) Logger()->error("[{}] flush after roll: {}", tp.ToString(), s.message());
+        if (!s.ok()) kLog()->error("[{}] flush after roll: {}", tp.ToString(), s.message());
       }
     }
     RemoveDeletedDirs(false);
@@ -420,7 +417,7 @@ void LogManager::BackgroundLoop() {
     UnlinkDue(false);
     if (now >= next_checkpoint) {
       Status s = WriteCheckpoints();
-      if (!s.ok()) Logger()->error("writing checkpoints: {}", s.message());
+      if (!s.ok()) kLog()->error("writing checkpoints: {}", s.message());
       next_checkpoint = now + options_.checkpoint_interval_ms;
     }
   }
@@ -435,7 +432,7 @@ void LogManager::CleanerLoop() {
     StatusOr<bool> cleaned = cleaner.CleanOnce(AllLogs(), &replaced);
     // The cleaner does not say whose segments these were: the node's delay applies.
     QueueUnlink(std::move(replaced), options_.defaults.file_delete_delay_ms);
-    if (!cleaned.ok()) Logger()->error("cleaner: {}", cleaned.status().message());
+    if (!cleaned.ok()) kLog()->error("cleaner: {}", cleaned.status().message());
     MutexLock lock(&work_mu_);
     if (stopping_) return;
     if (cleaned.ok() && *cleaned) continue;  // more may be waiting
@@ -471,7 +468,7 @@ Status LogManager::Shutdown() {
       }
       Status s = log->Close();
       if (!s.ok()) {
-        Logger()->error("[{}] close: {}", log->tp().ToString(), s.message());
+        kLog()->error("[{}] close: {}", log->tp().ToString(), s.message());
         std::lock_guard lock(mu);
         if (result.ok()) result = s;
       }
@@ -493,7 +490,7 @@ Status LogManager::Shutdown() {
       if (!s.ok() && result.ok()) result = s;
     }
   }
-  Logger()->info("log manager shut down{}", result.ok() ? " cleanly" : " with errors");
+  kLog()->info("log manager shut down{}", result.ok() ? " cleanly" : " with errors");
   return result;
 }
 
