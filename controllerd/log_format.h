@@ -30,6 +30,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/util/big_endian.h"
+
 namespace runnel::controllerd::logformat {
 
 inline constexpr std::string_view kPartitionDirName = "__cluster_metadata-0";
@@ -43,22 +45,15 @@ inline constexpr uint32_t kMinFrameLength = 20;
 // A metadata batch is small; a bigger length is corruption, not a reason to allocate.
 inline constexpr uint32_t kMaxFrameLength = 256u << 20;
 
-// Big-endian integers at `p`, as every field of these files is stored.
-inline void PutU32(char* p, uint32_t v) {
-  for (int i = 3; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xFF);
-}
-inline void PutU64(char* p, uint64_t v) {
-  for (int i = 7; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xFF);
-}
+// Big-endian integers at `p`, as every field of these files is stored: big_endian.h's helpers
+// over the char buffers (std::string) these files are read into and built in.
+inline void PutU32(char* p, uint32_t v) { StoreBigEndian32(reinterpret_cast<uint8_t*>(p), v); }
+inline void PutU64(char* p, uint64_t v) { StoreBigEndian(reinterpret_cast<uint8_t*>(p), v, 8); }
 inline uint32_t GetU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
+  return LoadBigEndian32(reinterpret_cast<const uint8_t*>(p));
 }
 inline uint64_t GetU64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
+  return LoadBigEndian64(reinterpret_cast<const uint8_t*>(p));
 }
 
 struct Frame {

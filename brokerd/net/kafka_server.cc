@@ -278,12 +278,12 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     std::span<const uint8_t> frame = request->bytes();
     protocol::Reader reader(frame);
     // The header's own version depends on the API and version it starts with.
-    Status st =
-        frame.size() < 4
-            ? absl::InvalidArgumentError("frame shorter than an api key and version")
-            : request->header.Decode(reader, protocol::RequestHeaderVersion(
-                                                 static_cast<int16_t>((frame[0] << 8) | frame[1]),
-                                                 static_cast<int16_t>((frame[2] << 8) | frame[3])));
+    Status st = frame.size() < 4
+                    ? absl::InvalidArgumentError("frame shorter than an api key and version")
+                    : request->header.Decode(
+                          reader, protocol::RequestHeaderVersion(
+                                      static_cast<int16_t>(LoadBigEndian16(frame.data())),
+                                      static_cast<int16_t>(LoadBigEndian16(frame.data() + 2))));
     if (!st.ok()) {
       kLog()->warn("connection {} from {}: malformed request header ({}); closing it", id_, peer_,
                    std::string(st.message()));

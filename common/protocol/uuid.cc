@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <random>
 
+#include "common/util/big_endian.h"
+
 namespace runnel::protocol {
 namespace {
 
@@ -21,24 +23,14 @@ int Base64UrlValue(char c) {
 
 Uuid Uuid::FromBits(uint64_t most_significant, uint64_t least_significant) {
   Uuid u;
-  for (int i = 0; i < 8; ++i) {
-    u.bytes[i] = static_cast<uint8_t>(most_significant >> (56 - 8 * i));
-    u.bytes[8 + i] = static_cast<uint8_t>(least_significant >> (56 - 8 * i));
-  }
+  StoreBigEndian(u.bytes.data(), most_significant, 8);
+  StoreBigEndian(u.bytes.data() + 8, least_significant, 8);
   return u;
 }
 
-uint64_t Uuid::MostSignificantBits() const {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | bytes[i];
-  return v;
-}
+uint64_t Uuid::MostSignificantBits() const { return LoadBigEndian64(bytes.data()); }
 
-uint64_t Uuid::LeastSignificantBits() const {
-  uint64_t v = 0;
-  for (int i = 8; i < 16; ++i) v = (v << 8) | bytes[i];
-  return v;
-}
+uint64_t Uuid::LeastSignificantBits() const { return LoadBigEndian64(bytes.data() + 8); }
 
 std::string Uuid::ToString() const {
   std::string out;

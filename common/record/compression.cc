@@ -212,9 +212,7 @@ std::vector<uint8_t> CompressSnappyXerial(ByteSpan input) {
     snappy::RawCompress(reinterpret_cast<const char*>(input.data() + pos), n,
                         reinterpret_cast<char*>(out.data() + length_at + 4), &written);
     out.resize(length_at + 4 + written);
-    for (int i = 0; i < 4; ++i) {
-      out[length_at + i] = static_cast<uint8_t>(written >> (24 - 8 * i));
-    }
+    StoreBigEndian32(&out[length_at], static_cast<uint32_t>(written));
   }
   return out;
 }
