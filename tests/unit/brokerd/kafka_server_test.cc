@@ -4,12 +4,17 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
+#include <chrono>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <optional>
@@ -17,9 +22,13 @@
 #include <thread>
 
 #include "tests/util/temp_dir.h"
+#include "tests/util/wait.h"
 
 namespace runnel::brokerd {
 namespace {
+
+using namespace std::chrono_literals;
+using runnel::testing::WaitUntil;
 
 void AppendInt32(std::vector<uint8_t>* out, int32_t v) {
   for (int shift : {24, 16, 8, 0}) out->push_back(static_cast<uint8_t>(v >> shift));
@@ -134,6 +143,59 @@ class KafkaServerTest : public ::testing::Test {
     return read(fd, &b, 1) <= 0;
   }
 
+  // The server's end of the client connection `fd`: the socket in this process whose peer is
+  // fd's local address; -1 until the server has accepted it. Lets the test look at what the
+  // server did with the connection (read what was sent, filled its send buffer) instead of
+  // sleeping for it. Only for a wait, while the server keeps the connection open.
+  static int ServerEndOf(int fd) {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) return -1;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+      const std::string name = entry.path().filename().string();
+      int other = -1;
+      if (std::from_chars(name.data(), name.data() + name.size(), other).ec != std::errc() ||
+          other == fd) {
+        continue;
+      }
+      sockaddr_in peer{};
+      socklen_t peer_len = sizeof(peer);
+      if (getpeername(other, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;
+      if (peer_len == sizeof(peer) && peer.sin_family == AF_INET &&
+          peer.sin_port == local.sin_port && peer.sin_addr.s_addr == local.sin_addr.s_addr) {
+        return other;
+      }
+    }
+    return -1;
+  }
+
+  // Waits (bounded) until the server has accepted `fd` and read everything sent on it so far
+  // (its end's receive queue is empty), so what is sent next reaches it in a later read.
+  static bool WaitServerReadAll(int fd) {
+    return WaitUntil(
+        [fd] {
+          const int server = ServerEndOf(fd);
+          int queued = 0;
+          return server >= 0 && ioctl(server, FIONREAD, &queued) == 0 && queued == 0;
+        },
+        5s, 1ms);
+  }
+
+  // Waits (bounded) until the server's writes on `fd` would block: its end is not writable,
+  // its send buffer full. With the client not reading, it stays so: the server's sendfile
+  // met EAGAIN and waits for writability.
+  static bool WaitServerBlocked(int fd) {
+    return WaitUntil(
+        [fd] {
+          const int server = ServerEndOf(fd);
+          if (server < 0) return false;
+          pollfd p{server, POLLOUT, 0};
+          return poll(&p, 1, 0) == 0;  // no event: not writable
+        },
+        5s, 1ms);
+  }
+
   // Creates the segment-like file the file responses send from: `size` random bytes.
   void MakeFile(size_t size) {
     dir_.emplace("kafka-server");
@@ -188,7 +250,8 @@ class KafkaServerTest : public ::testing::Test {
   }
 
   // Reads up to `n` bytes (fewer on close or timeout), `chunk` at a time, pausing `pause_us`
-  // between reads to play a slow client.
+  // between reads to play a slow client (a sleep: the slowness is the point, nothing is
+  // waited for).
   static std::vector<uint8_t> ReadBytes(int fd, size_t n, size_t chunk = 1 << 20,
                                         useconds_t pause_us = 0) {
     std::vector<uint8_t> out(n);
@@ -258,7 +321,8 @@ TEST_F(KafkaServerTest, FrameSplitAcrossWritesIsReassembled) {
   auto f = Frame(7);
   for (uint8_t b : f) {
     Send(fd, {b});
-    usleep(1000);
+    // The server reads each byte on its own.
+    ASSERT_TRUE(WaitServerReadAll(fd)) << "the server did not read the byte sent";
   }
   EXPECT_EQ(ReadCorrelation(fd), 7);
   close(fd);
@@ -279,7 +343,10 @@ TEST_F(KafkaServerTest, LargeFrameReadInPiecesArrivesIntact) {
   for (size_t pos = 0; pos < stream.size(); pos += 10000) {
     size_t end = std::min(stream.size(), pos + 10000);
     ASSERT_TRUE(Send(fd, std::vector<uint8_t>(stream.begin() + pos, stream.begin() + end)));
-    if (pos % 100000 == 0) usleep(2000);
+    // Now and then the server catches up, so the frames arrive over several reads.
+    if (pos % 100000 == 0) {
+      ASSERT_TRUE(WaitServerReadAll(fd)) << "the server did not read what was sent";
+    }
   }
   EXPECT_EQ(ReadCorrelation(fd), 9);
   EXPECT_EQ(ReadCorrelation(fd), 10);
@@ -382,16 +449,18 @@ TEST_F(KafkaServerTest, PerIpConnectionLimit) {
   EXPECT_TRUE(ClosedByPeer(c));
   close(c);
   close(a);
-  // A slot frees up once a connection goes.
-  bool accepted = false;
-  for (int attempt = 0; attempt < 50 && !accepted; ++attempt) {
-    int d = Connect();
-    Send(d, Frame(3));
-    accepted = ReadCorrelation(d) == 3;
-    close(d);
-    if (!accepted) usleep(20000);
-  }
-  EXPECT_TRUE(accepted);
+  // A slot frees up once a connection goes (once the server has seen the close: until then
+  // a new connection is still refused).
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        int d = Connect();
+        Send(d, Frame(3));
+        const bool served = ReadCorrelation(d) == 3;
+        close(d);
+        return served;
+      },
+      5s, 20ms))
+      << "no connection was served after one of the two closed";
   close(b);
 }
 
@@ -407,7 +476,7 @@ TEST_F(KafkaServerTest, FileSlicesAreSentInPlaceToASlowReader) {
   ASSERT_TRUE(Send(fd, Frame(3)));
   // Not reading yet: the 8 MiB cannot fit in the socket buffers, so the server's sendfile
   // meets EAGAIN and has to wait for writability.
-  usleep(200 * 1000);
+  ASSERT_TRUE(WaitServerBlocked(fd)) << "the server's socket never filled";
   std::vector<uint8_t> want = ExpectedFrame(make(3));
   std::vector<uint8_t> got = ReadBytes(fd, want.size(), 64 << 10, 100);
   ASSERT_EQ(got.size(), want.size());
@@ -475,7 +544,8 @@ TEST_F(KafkaServerTest, AFileTruncatedWhileSendingClosesTheConnection) {
   });
   int fd = Connect(/*receive_buffer=*/64 << 10);
   ASSERT_TRUE(Send(fd, Frame(1)));
-  usleep(200 * 1000);  // the server is now blocked part way into the slice
+  // The server is then blocked part way into the slice.
+  ASSERT_TRUE(WaitServerBlocked(fd)) << "the server's socket never filled";
   ASSERT_EQ(truncate(path_.c_str(), 1024), 0);
   std::vector<uint8_t> got = ReadBytes(fd, 8 * kMiB + 64, 1 << 20);
   EXPECT_LT(got.size(), 8 * kMiB);
@@ -491,7 +561,9 @@ TEST_F(KafkaServerTest, ACloseAnswerComesAfterTheResponsesBeforeIt) {
   StartServer(ServerLimits{}, /*batch=*/3, make);
   int fd = Connect(/*receive_buffer=*/64 << 10);
   SendFrames(fd, 1, 3);
-  usleep(100 * 1000);
+  // All three answered (at the third dispatch, in reverse order): the close is held.
+  ASSERT_TRUE(WaitUntil([&] { return dispatcher_->dispatched.load() == 3; }, 5s))
+      << "the three requests were not dispatched";
   std::vector<uint8_t> want = ExpectedFrame(make(1));
   std::vector<uint8_t> got = ReadBytes(fd, want.size() + 1);  // + 1: nothing may follow
   EXPECT_EQ(got.size(), want.size());
@@ -506,11 +578,14 @@ TEST_F(KafkaServerTest, UnwrittenResponsesCountAgainstTheInFlightLimit) {
   auto make = [this](int32_t corr) { return FileResponse(corr, {{0, 4 * kMiB}}); };
   StartServer(limits, 1, make);
   int fd = Connect(/*receive_buffer=*/64 << 10);
-  // One request at a time, so each is read on its own while the client reads nothing.
+  // One request at a time, so each is read on its own while the client reads nothing: the
+  // next is sent once this one was dispatched, or after 10 ms without (from when the limit
+  // pauses reading, an expected timeout: nothing tells the test that reading paused).
   for (int32_t corr = 1; corr <= 20; ++corr) {
     ASSERT_TRUE(Send(fd, Frame(corr)));
-    usleep(10 * 1000);
+    (void)WaitUntil([&] { return dispatcher_->dispatched.load() >= corr; }, 10ms, 1ms);
   }
+  // A sleep: the check is that no more are dispatched however long the client reads nothing.
   usleep(100 * 1000);
   // At most four queued plus what the socket buffers hold (under 4 MiB: one response).
   EXPECT_LE(dispatcher_->dispatched.load(), 6);
