@@ -1195,6 +1195,7 @@ TEST_F(SessionTest, HeartbeatsKeepABrokerUnfenced) {
     EXPECT_EQ(r.error_code(), kNone) << r.error_message();
     EXPECT_FALSE(r.is_fenced());
     EXPECT_EQ(r.metadata_offset(), -1) << "a heartbeat of an unfenced broker writes nothing";
+    // A sleep: heartbeats 50 ms apart for a second, over three sessions.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_FALSE(Fenced(*c, 1)) << "fenced despite heartbeats 6 times per session";
@@ -1318,11 +1319,13 @@ TEST_F(SessionTest, RestartedLeaderGivesEveryBrokerAFullSession) {
     auto c = Open();
     epoch = RegisterEpoch(*c, 1);
   }
-  // Down for longer than a session: without grace the broker would be fenced at once.
+  // Down for longer than a session: without grace the broker would be fenced at once. (A
+  // sleep: that time passing is what the restarted leader must not hold against the broker.)
   std::this_thread::sleep_for(std::chrono::milliseconds(2 * options_.session_timeout_ms));
   auto c = Open();
   const auto ready = std::chrono::steady_clock::now();
   ASSERT_FALSE(Fenced(*c, 1));
+  // A sleep: the broker must not be fenced during it.
   std::this_thread::sleep_for(std::chrono::milliseconds(options_.session_timeout_ms / 2));
   EXPECT_FALSE(Fenced(*c, 1)) << "fenced before a session passed since the leader started";
   ASSERT_TRUE(WaitWhileBeating(*c, {}, [&] { return Fenced(*c, 1); }));
