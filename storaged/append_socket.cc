@@ -111,6 +111,13 @@ void AppendSocketServer::Stop() {
   ::unlink(path_.c_str());
 }
 
+size_t AppendSocketServer::connection_count() const {
+  MutexLock lock(&mu_);
+  size_t served = 0;
+  for (const Connection& c : connections_) served += c.done ? 0 : 1;
+  return served;
+}
+
 void AppendSocketServer::AcceptLoop() {
   while (true) {
     pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_read_, POLLIN, 0}};

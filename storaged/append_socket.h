@@ -46,6 +46,8 @@ class AppendSocketServer {
   const std::string& path() const { return path_; }
   // Requests answered so far, over every connection.
   uint64_t requests_answered() const { return answered_.load(); }
+  // Connections accepted and still served (a test waits on it rather than sleep). Thread-safe.
+  size_t connection_count() const;
 
  private:
   struct Connection {
@@ -65,7 +67,7 @@ class AppendSocketServer {
   int wake_read_;  // the accept thread polls it beside the listener; Stop writes wake_write_
   int wake_write_;
   std::thread accept_thread_;
-  Mutex mu_;
+  mutable Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::list<Connection> connections_ ABSL_GUARDED_BY(mu_);

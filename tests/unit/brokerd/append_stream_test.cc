@@ -22,11 +22,13 @@
 #include "common/util/frames.h"
 #include "storaged/append_socket.h"
 #include "tests/unit/brokerd/real_storage_fixture.h"
+#include "tests/util/wait.h"
 
 namespace runnel::brokerd {
 namespace {
 
 using namespace std::chrono_literals;
+using runnel::testing::WaitUntil;
 
 class AppendStreamTest : public RealStorageTest {
  protected:
@@ -246,7 +248,8 @@ TEST_F(AppendStreamTest, ABrokenConnectionFailsItsCallsAndReconnects) {
   EXPECT_EQ(a.status.error_code(), grpc::StatusCode::UNAVAILABLE) << a.status.error_message();
   EXPECT_EQ(requests.load(), 1);
   WaitConnected(*stream, true);
-  for (int i = 0; i < 500 && server.accepted() < 2; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(WaitUntil([&] { return server.accepted() >= 2; }, 5s, 10ms))
+      << "the server did not accept the second connection";
   EXPECT_EQ(server.accepted(), 2);
 }
 
@@ -395,7 +398,8 @@ TEST_F(AppendSocketServerTest, ABadFrameClosesOnlyItsConnection) {
 TEST_F(AppendSocketServerTest, StopEndsOpenConnections) {
   StartServer();
   int fd = Connect();
-  std::this_thread::sleep_for(50ms);  // let the server take the connection
+  ASSERT_TRUE(WaitUntil([&] { return append_server_->connection_count() == 1; }, 5s))
+      << "the server did not take the connection";
   auto start = std::chrono::steady_clock::now();
   append_server_->Stop();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
