@@ -112,6 +112,7 @@ TEST_F(UnaryCallsTest, StopCancelsCallsInFlightAndWaitsForThem) {
   loop_.reset();
   // The server sees the cancellations; any completion that still came would find no loop.
   ASSERT_TRUE(WaitFor([&] { return service_.finished_ == 2; }, 10s));
+  // A sleep: time for a late completion to show up; none may run.
   std::this_thread::sleep_for(100ms);
   // The loop had stopped, so the completions were dropped, not run.
   EXPECT_EQ(done, 0);
@@ -130,6 +131,11 @@ TEST_F(UnaryCallsTest, CallsAfterStopDoNotStart) {
   client_->Stop();
   std::atomic<int> done{0};
   StartAppend(&done);
+  // Posted after it, so it ran on the loop once this did.
+  auto posted = std::make_shared<std::atomic<bool>>(false);
+  loop_->Post([posted] { *posted = true; });
+  ASSERT_TRUE(WaitFor([&] { return posted->load(); }, 10s)) << "the loop did not run the Append";
+  // A sleep: a call that started would reach the server in it.
   std::this_thread::sleep_for(200ms);
   EXPECT_EQ(service_.started_, 0);
   EXPECT_EQ(done, 0);
