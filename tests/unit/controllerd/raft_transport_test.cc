@@ -143,7 +143,7 @@ class Pump {
             m.entries.push_back(raft::Entry{static_cast<int64_t>(seq), 3, std::string(100, 'x')});
             transport->Send(std::move(m));
             sent_ = seq;
-            std::this_thread::sleep_for(milliseconds(1));
+            std::this_thread::sleep_for(milliseconds(1));  // a steady flow, not a flood
           }
         }) {}
   ~Pump() { Stop(); }
@@ -214,6 +214,7 @@ TEST(RaftTransportTest, MessagesToAnUnattachedObserverAreDropped) {
   voter.transport->Send(Msg(raft::MessageType::kObserveResponse, kVoter, kObserver, 4));
   ASSERT_TRUE(observer.inbox.WaitForCount(1));
   EXPECT_EQ(voter.transport->dropped(), 3u);
+  // A sleep: nothing more may arrive in it (the other observer's message was dropped).
   std::this_thread::sleep_for(milliseconds(100));
   std::vector<raft::Message> got = observer.inbox.Take();
   ASSERT_EQ(got.size(), 1u);
@@ -241,7 +242,8 @@ TEST(RaftTransportTest, ObserverReattachesAfterTheVoterRestarts) {
   voter->server->Wait();
   voter->server.reset();
   voter.reset();
-  // Down for a while: the observer keeps retrying (and its Deliver calls fail).
+  // Down for a while: the observer keeps retrying (and its Deliver calls fail). A sleep: the
+  // time down is what the observer must get over.
   observer.transport->Send(Msg(raft::MessageType::kObserve, kObserver, kVoter, 2));
   std::this_thread::sleep_for(milliseconds(300));
   const auto restarted = Clock::now();
@@ -349,6 +351,7 @@ TEST(RaftTransportTest, AttachIsRefusedWhenMisaddressedOrNotTaken) {
   // A transport that stopped taking observers refuses them, and the observer keeps trying.
   voter.transport->DetachObservers();
   Observer observer(voter.address());
+  // A sleep: none of the observer's attempts in it may attach.
   std::this_thread::sleep_for(milliseconds(300));
   EXPECT_EQ(voter.transport->attached_observers(), 0u);
 }
