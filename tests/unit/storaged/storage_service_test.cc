@@ -266,6 +266,8 @@ TEST(PartitionWatcherTest, FiltersTopicsAndWakesTheReader) {
   w.Mark({"b", 0}, At(0, 1));
   EXPECT_EQ(w.pending(), 0u);
   std::thread marker([&] {
+    // A sleep: the reader is then waiting in Take (nothing tells when it is), so the Mark
+    // has to wake it.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     w.Mark({"a", 1}, At(0, 1));
   });
@@ -358,6 +360,7 @@ TEST(PartitionWatcherTest, HoldWaitsForItsRoutineTimeUnlessNewsComes) {
   w.Take(std::chrono::milliseconds(0), 100, &closed);
   // Routine changes collect until the routine time.
   std::thread marker([&] {
+    // A sleep, here and below: the change comes while Hold waits.
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     w.Mark({"t", 0}, At(0, 1));
   });
@@ -716,7 +719,7 @@ TEST_F(StorageServiceTest, WatchSpacesItsMessagesUnderSteadyAppends) {
   std::thread appender([&] {
     for (int i = 0; i < kAppends; ++i) {
       EXPECT_EQ(Append("w", 0, Batch(1)).error_code(), 0);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // steady appends
     }
   });
   int messages = 0;

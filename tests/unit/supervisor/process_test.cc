@@ -398,7 +398,8 @@ TEST_F(SupervisorProcessTest, RoleThatAnswersNotServingIsWaitedForPastTheTimeout
   env_["FAKE_ROLE_BROKERD"] = "never-ready";
   WriteConfig("runnel.supervisor.ready.timeout.ms=300\n");
   StartNode();
-  // Five times the ready timeout: still up, brokerd still given time.
+  // Five times the ready timeout: still up, brokerd still given time. (A sleep: the node must
+  // not give up in it.)
   std::this_thread::sleep_for(1500ms);
   ASSERT_FALSE(node_.Wait(0ms)) << node_.Err();
   EXPECT_NE(node_.Err().find("runnel-brokerd"), std::string::npos) << node_.Err();
