@@ -14,7 +14,7 @@
 
 namespace runnel::controllerd {
 
-using internal::Logger;
+using internal::kLog;
 
 namespace {
 
@@ -100,8 +100,8 @@ StatusOr<std::unique_ptr<Controller>> Controller::Open(const ControllerOptions& 
   {
     MutexLock lock(&c->mu_);
     RUNNEL_RETURN_IF_ERROR(c->fatal_);
-    Logger()->info("controller {} opened the metadata log: image at offset {}, voters {}",
-                   options.node_id, c->image_.offset(), fmt::join(c->quorum_->voters(), ","));
+    kLog()->info("controller {} opened the metadata log: image at offset {}, voters {}",
+                 options.node_id, c->image_.offset(), fmt::join(c->quorum_->voters(), ","));
   }
   c->session_thread_ = std::thread([ptr = c.get()] { ptr->SessionLoop(); });
   return c;
@@ -122,7 +122,7 @@ void Controller::Fail(const Status& why) {
   if (!fatal_.ok()) return;
   fatal_ = absl::UnavailableError(
       fmt::format("controller stopped after a fatal error: {}", std::string(why.message())));
-  Logger()->critical("{}", std::string(fatal_.message()));
+  kLog()->critical("{}", std::string(fatal_.message()));
   for (auto& w : watchers_) w->Close(fatal_);
   watchers_.clear();
   image_cv_.SignalAll();
@@ -204,7 +204,7 @@ void Controller::Apply(const raft::Entry& entry) {
   last_applied_term_ = entry.term;
   bytes_since_snapshot_ += entry.data.size();
   if (!had_cluster_id && !image_.cluster_id().empty()) {
-    Logger()->info("cluster id {} (offset {})", image_.cluster_id(), entry.offset);
+    kLog()->info("cluster id {} (offset {})", image_.cluster_id(), entry.offset);
   }
 
   // A leader's no-op is published too (an empty delta), so watchers see consecutive offsets.
@@ -218,8 +218,8 @@ void Controller::Apply(const raft::Entry& entry) {
     if ((*it)->Push(shared)) {
       ++it;
     } else {
-      Logger()->warn("a metadata watcher fell behind at offset {}; its stream is ended",
-                     entry.offset);
+      kLog()->warn("a metadata watcher fell behind at offset {}; its stream is ended",
+                   entry.offset);
       it = watchers_.erase(it);
     }
   }
@@ -233,7 +233,7 @@ void Controller::Apply(const raft::Entry& entry) {
     if (st.ok()) {
       bytes_since_snapshot_ = 0;
     } else {
-      Logger()->warn("snapshot at offset {} failed: {}", entry.offset + 1, st.message());
+      kLog()->warn("snapshot at offset {} failed: {}", entry.offset + 1, st.message());
     }
   }
 }
@@ -253,8 +253,8 @@ void Controller::Restore(raft::SnapshotId id, const std::string& data) {
   }
   last_applied_term_ = id.epoch;
   bytes_since_snapshot_ = 0;
-  Logger()->info("metadata image loaded from snapshot {} ({} topics, {} brokers)",
-                 logformat::SnapshotFileName(id), image_.topics().size(), image_.brokers().size());
+  kLog()->info("metadata image loaded from snapshot {} ({} topics, {} brokers)",
+               logformat::SnapshotFileName(id), image_.topics().size(), image_.brokers().size());
   // Watchers hold deltas of the replaced state: they reconnect and get the new image.
   for (auto& w : watchers_) {
     w->Close(absl::UnavailableError(
@@ -274,11 +274,11 @@ void Controller::RoleChanged(raft::Role role, int64_t term, raft::NodeId leader)
   // Heartbeats went to the previous leader: every broker's session starts over here.
   last_heartbeat_.clear();
   if (leader != raft::kNoNode) {
-    Logger()->info("controller {} is {} in term {}; the leader is controller {}", options_.node_id,
-                   raft::RoleName(role), term, leader);
+    kLog()->info("controller {} is {} in term {}; the leader is controller {}", options_.node_id,
+                 raft::RoleName(role), term, leader);
   } else {
-    Logger()->info("controller {} is {} in term {}; no leader known", options_.node_id,
-                   raft::RoleName(role), term);
+    kLog()->info("controller {} is {} in term {}; no leader known", options_.node_id,
+                 raft::RoleName(role), term);
   }
   image_cv_.SignalAll();
   MaybeProposeClusterIdLocked();
@@ -302,7 +302,7 @@ void Controller::MaybeProposeClusterIdLocked() {
   auto* f = batch.add_records()->mutable_feature_level();
   f->set_name("metadata.version");
   f->set_feature_level(kMetadataVersion);
-  Logger()->info("new cluster: proposing cluster id {}", cluster_id);
+  kLog()->info("new cluster: proposing cluster id {}", cluster_id);
   // Completed on the driver thread once applied; a failure leaves it to the next leader.
   (void)quorum_->Propose(batch.SerializeAsString());
 }
@@ -408,8 +408,8 @@ StatusOr<std::shared_ptr<Watcher>> Controller::Watch(int64_t from_offset) {
         }
       }
       if (!st.ok()) {
-        Logger()->warn("cannot replay the log from offset {} to a watcher ({}); sending the image",
-                       from_offset, st.message());
+        kLog()->warn("cannot replay the log from offset {} to a watcher ({}); sending the image",
+                     from_offset, st.message());
         watcher = std::make_shared<Watcher>(options_.watcher_queue_capacity);
         snapshot = true;
       }

@@ -12,7 +12,7 @@
 
 namespace runnel::controllerd {
 
-using internal::Logger;
+using internal::kLog;
 using protocol::ErrorCode;
 
 // ---- RegisterBroker / DescribeCluster ---------------------------------------------------
@@ -93,8 +93,8 @@ StatusOr<controller::RegisterBrokerResponse> Controller::RegisterBroker(
       continue;
     }
     if (!offset.ok()) return offset.status();
-    Logger()->info("broker {} {}registered with epoch {}", request.broker_id(), again ? "re-" : "",
-                   epoch);
+    kLog()->info("broker {} {}registered with epoch {}", request.broker_id(), again ? "re-" : "",
+                 epoch);
     response.set_error_code(0);
     response.set_broker_epoch(epoch);
     response.set_metadata_offset(*offset);
@@ -258,7 +258,7 @@ StatusOr<controller::BrokerHeartbeatResponse> Controller::BrokerHeartbeat(
   const int partitions = batch.records_size() - 1;
   lock.Unlock();
   RUNNEL_ASSIGN_OR_RETURN(int64_t offset, Commit(batch, deadline));
-  Logger()->info(
+  kLog()->info(
       "broker {} (epoch {}) is back: unfenced at offset {}, leading {} partition(s) "
       "again",
       request.broker_id(), request.broker_epoch(), offset, partitions);
@@ -372,7 +372,7 @@ void Controller::FenceBroker(int32_t broker_id) {
       std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.session_timeout_ms);
   MutexLock write_lock(&write_mu_);
   if (Status st = BeginWrite(deadline); !st.ok()) {
-    Logger()->debug("not fencing broker {}: {}", broker_id, st.message());
+    kLog()->debug("not fencing broker {}: {}", broker_id, st.message());
     return;
   }
   MutexLock lock(&mu_);
@@ -394,15 +394,15 @@ void Controller::FenceBroker(int32_t broker_id) {
   lock.Unlock();
   StatusOr<int64_t> offset = Commit(batch, deadline);
   if (!offset.ok()) {
-    Logger()->warn("fencing broker {} failed: {}", broker_id, offset.status().message());
+    kLog()->warn("fencing broker {} failed: {}", broker_id, offset.status().message());
     return;
   }
   const int moved = batch.records_size() - 1;
-  Logger()->warn("broker {} (epoch {}) sent no heartbeat for {} ms: fenced at offset {}{}{}{}",
-                 broker_id, epoch, options_.session_timeout_ms, *offset,
-                 moved == 0
-                     ? std::string()
-                     : fmt::format("; new leaders of its {} partition(s) (-1 = none): ", moved),
-                 fmt::join(moves, ", "), moved > 10 ? ", ..." : "");
+  kLog()->warn("broker {} (epoch {}) sent no heartbeat for {} ms: fenced at offset {}{}{}{}",
+               broker_id, epoch, options_.session_timeout_ms, *offset,
+               moved == 0
+                   ? std::string()
+                   : fmt::format("; new leaders of its {} partition(s) (-1 = none): ", moved),
+               fmt::join(moves, ", "), moved > 10 ? ", ..." : "");
 }
 }  // namespace runnel::controllerd

@@ -16,7 +16,7 @@
 
 namespace runnel::controllerd {
 
-using internal::Logger;
+using internal::kLog;
 using protocol::ErrorCode;
 
 // ---- AlterConfigs -----------------------------------------------------------------------
@@ -232,7 +232,7 @@ StatusOr<controller::AlterConfigsResponse> Controller::AlterConfigs(
   if (batch.records_size() > 0) {
     RUNNEL_ASSIGN_OR_RETURN(int64_t offset, Commit(batch, deadline));
     response.set_metadata_offset(offset);
-    Logger()->info("configs changed at offset {}: {}", offset, Join(changes, ", "));
+    kLog()->info("configs changed at offset {}: {}", offset, Join(changes, ", "));
   }
   return response;
 }

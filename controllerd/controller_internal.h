@@ -11,6 +11,6 @@
 namespace runnel::controllerd::internal {
 
 // The controller's logger, "controllerd.controller".
-inline std::shared_ptr<spdlog::logger> Logger() { return log::Get("controllerd.controller"); }
+inline const log::ModuleLogger kLog("controllerd.controller");
 
 }  // namespace runnel::controllerd::internal

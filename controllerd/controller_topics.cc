@@ -15,7 +15,7 @@
 
 namespace runnel::controllerd {
 
-using internal::Logger;
+using internal::kLog;
 using protocol::ErrorCode;
 
 namespace {
@@ -370,8 +370,8 @@ StatusOr<controller::CreateTopicsResponse> Controller::CreateTopics(
     response.set_metadata_offset(offset);
     for (const auto& r : response.topics()) {
       if (r.error_code() == 0) {
-        Logger()->info("created topic {} ({} partition(s), replication factor {}) at offset {}",
-                       r.name(), r.num_partitions(), r.replication_factor(), offset);
+        kLog()->info("created topic {} ({} partition(s), replication factor {}) at offset {}",
+                     r.name(), r.num_partitions(), r.replication_factor(), offset);
       }
     }
   }
@@ -454,7 +454,7 @@ StatusOr<controller::DeleteTopicsResponse> Controller::DeleteTopics(
     RUNNEL_ASSIGN_OR_RETURN(int64_t offset, Commit(batch, deadline));
     response.set_metadata_offset(offset);
     for (const auto& r : response.topics()) {
-      if (r.error_code() == 0) Logger()->info("deleted topic {} at offset {}", r.name(), offset);
+      if (r.error_code() == 0) kLog()->info("deleted topic {} at offset {}", r.name(), offset);
     }
   }
   return response;
@@ -556,8 +556,8 @@ StatusOr<controller::CreatePartitionsResponse> Controller::CreatePartitions(
     response.set_metadata_offset(offset);
     for (int i = 0; i < response.topics_size(); ++i) {
       if (response.topics(i).error_code() == 0) {
-        Logger()->info("topic {} now has {} partition(s) (offset {})", response.topics(i).name(),
-                       request.topics(i).count(), offset);
+        kLog()->info("topic {} now has {} partition(s) (offset {})", response.topics(i).name(),
+                     request.topics(i).count(), offset);
       }
     }
   }

@@ -9,10 +9,7 @@
 namespace runnel::brokerd {
 namespace {
 
-std::shared_ptr<spdlog::logger> Log() {
-  static auto logger = log::Get("brokerd.controller");
-  return logger;
-}
+const log::ModuleLogger kLog("brokerd.controller");
 
 }  // namespace
 
@@ -144,12 +141,12 @@ grpc::Status ControllerClient::RegisterBrokerBlocking(
     // The first failures are the usual start-up race; then a line every 30 s.
     auto now = std::chrono::steady_clock::now();
     if (attempt == 0) {
-      Log()->info("controller not reachable yet ({}); retrying", status.error_message());
+      kLog()->info("controller not reachable yet ({}); retrying", status.error_message());
     } else if (now >= next_warning) {
       next_warning = now + std::chrono::seconds(30);
-      Log()->warn("still no controller quorum to register with after {} s ({}); retrying",
-                  std::chrono::duration_cast<std::chrono::seconds>(now - started).count(),
-                  status.error_message());
+      kLog()->warn("still no controller quorum to register with after {} s ({}); retrying",
+                   std::chrono::duration_cast<std::chrono::seconds>(now - started).count(),
+                   status.error_message());
     }
     // A signal handler sets `stop` and cannot notify: look at it every 100 ms. Stop() ends
     // the pause at once.
@@ -195,8 +192,8 @@ void ControllerClient::WatchLoop() {
     }
     grpc::Status status = reader->Finish();
     if (!watch_.Detach()) return;
-    Log()->info("metadata watch on {} ended ({}); reconnecting", targets_[target],
-                status.error_message());
+    kLog()->info("metadata watch on {} ended ({}); reconnecting", targets_[target],
+                 status.error_message());
     if (got_any) {
       backoff = std::chrono::milliseconds(50);
       target = 0;

@@ -24,10 +24,7 @@ constexpr int32_t kStaticLeaveEpoch = -2;
 // The version from which the client, not the coordinator, makes the member id (KIP-1082).
 constexpr int16_t kClientMemberIdVersion = 1;
 
-std::shared_ptr<spdlog::logger> Log() {
-  static auto logger = log::Get("brokerd.group");
-  return logger;
-}
+const log::ModuleLogger kLog("brokerd.group");
 
 // Java's String.trim().isEmpty(): only characters <= U+0020.
 bool IsBlank(const std::string& s) {
@@ -586,8 +583,8 @@ void ConsumerGroup::TakeOverStaticMember(Change& change, const HeartbeatMember& 
                     group_id_, member_id, ConsumerGroupTargetAssignmentMember{ToRecord(target)}});
   Apply(change, ParsedMemberRecord<ConsumerGroupCurrentMemberAssignment>{group_id_, member_id,
                                                                          AssignmentOf(m.old)});
-  Log()->info("[GroupId {}] static member with instance id {} rejoins as {}, replacing {}",
-              group_id_, instance_id, member_id, replaced);
+  kLog()->info("[GroupId {}] static member with instance id {} rejoins as {}, replacing {}",
+               group_id_, instance_id, member_id, replaced);
 }
 
 void ConsumerGroup::UpdateMemberAndGroupEpoch(Change& change, const HeartbeatMember& m,
@@ -603,7 +600,7 @@ void ConsumerGroup::UpdateMemberAndGroupEpoch(Change& change, const HeartbeatMem
       bump = true;
     }
     if (m.is_new) {
-      Log()->info("[GroupId {}] member {} joins the consumer group", group_id_, member_id);
+      kLog()->info("[GroupId {}] member {} joins the consumer group", group_id_, member_id);
     }
   }
   // The subscribed topics as the cluster has them now: a topic created, deleted or grown
@@ -618,7 +615,7 @@ void ConsumerGroup::UpdateMemberAndGroupEpoch(Change& change, const HeartbeatMem
   if (bump) {
     Apply(change, ParsedGroupRecord<ConsumerGroupMetadata>{
                       group_id_, ConsumerGroupMetadata{group_epoch_ + 1}});
-    Log()->info("[GroupId {}] bumped group epoch to {}", group_id_, group_epoch_);
+    kLog()->info("[GroupId {}] bumped group epoch to {}", group_id_, group_epoch_);
   }
 }
 
@@ -656,7 +653,7 @@ void ConsumerGroup::Leave(const protocol::ConsumerGroupHeartbeatRequest& req, He
                     fmt::format("Member {} is not a member of group {}.", member_id, group_id_));
       return;
     }
-    Log()->info("[GroupId {}] member {} left the consumer group", group_id_, member_id);
+    kLog()->info("[GroupId {}] member {} left the consumer group", group_id_, member_id);
     FenceMember(change, member_id);
   } else {
     const Member* holder = FindStaticMember(*req.instance_id);
@@ -674,11 +671,11 @@ void ConsumerGroup::Leave(const protocol::ConsumerGroupHeartbeatRequest& req, He
       Apply(change, ParsedMemberRecord<ConsumerGroupCurrentMemberAssignment>{group_id_, member_id,
                                                                              AssignmentOf(next)});
       epoch = kStaticLeaveEpoch;
-      Log()->info("[GroupId {}] static member {} with instance id {} temporarily left", group_id_,
-                  member_id, *req.instance_id);
+      kLog()->info("[GroupId {}] static member {} with instance id {} temporarily left", group_id_,
+                   member_id, *req.instance_id);
     } else {
-      Log()->info("[GroupId {}] static member {} with instance id {} left", group_id_, member_id,
-                  *req.instance_id);
+      kLog()->info("[GroupId {}] static member {} with instance id {} left", group_id_, member_id,
+                   *req.instance_id);
       FenceMember(change, member_id);
     }
   }
@@ -765,8 +762,8 @@ void ConsumerGroup::ComputeTargetAssignment(Change& change) {
   }
   Apply(change, ParsedGroupRecord<ConsumerGroupTargetAssignmentMetadata>{
                     group_id_, ConsumerGroupTargetAssignmentMetadata{group_epoch_}});
-  Log()->info("[GroupId {}] computed a new target assignment for epoch {} with the {} assignor",
-              group_id_, group_epoch_, assignor->name());
+  kLog()->info("[GroupId {}] computed a new target assignment for epoch {} with the {} assignor",
+               group_id_, group_epoch_, assignor->name());
 }
 
 bool ConsumerGroup::OwnedByOther(const std::string& member_id, const Uuid& topic,
@@ -868,8 +865,8 @@ void ConsumerGroup::WriteBackground(Change& change, std::string why) {
   if (change.records.empty()) return;
   env_.Write(std::move(change.records), [group = group_id_, why = std::move(why)](ErrorCode error) {
     if (error != ErrorCode::kNone) {
-      Log()->warn("[GroupId {}] writing the records of {} failed: {}", group, why,
-                  protocol::ErrorName(static_cast<ErrorCode>(error)));
+      kLog()->warn("[GroupId {}] writing the records of {} failed: {}", group, why,
+                   protocol::ErrorName(static_cast<ErrorCode>(error)));
     }
   });
 }
@@ -910,8 +907,8 @@ void ConsumerGroup::CancelTimers(const std::string& member_id) {
 void ConsumerGroup::OnSessionTimeout(const std::string& member_id) {
   session_timers_.erase(member_id);
   if (dead_ || FindMember(member_id) == nullptr) return;
-  Log()->info("[GroupId {}] member {} fenced from the group because its session expired", group_id_,
-              member_id);
+  kLog()->info("[GroupId {}] member {} fenced from the group because its session expired",
+               group_id_, member_id);
   Change change;
   FenceMember(change, member_id);
   WriteBackground(change, "a session expiry");
@@ -921,7 +918,7 @@ void ConsumerGroup::OnRebalanceTimeout(const std::string& member_id, int32_t mem
   rebalance_timers_.erase(member_id);
   const Member* m = FindMember(member_id);
   if (dead_ || m == nullptr || m->member_epoch != member_epoch) return;
-  Log()->info(
+  kLog()->info(
       "[GroupId {}] member {} fenced from the group because it failed to revoke its "
       "partitions of epoch {} within {}ms",
       group_id_, member_id, member_epoch, m->rebalance_timeout_ms);

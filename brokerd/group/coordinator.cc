@@ -15,7 +15,7 @@
 
 namespace runnel::brokerd::group {
 
-using internal::Log;
+using internal::kLog;
 
 namespace {
 
@@ -190,8 +190,8 @@ void Coordinator::EnsureOffsetsTopic(std::function<void(ErrorCode error)> done) 
     if (!b.fenced) ++alive;
   }
   if (alive < replication) {
-    Log()->warn("cannot create {}: {} broker(s) alive, offsets.topic.replication.factor is {}",
-                kOffsetsTopic, alive, replication);
+    kLog()->warn("cannot create {}: {} broker(s) alive, offsets.topic.replication.factor is {}",
+                 kOffsetsTopic, alive, replication);
     return done(ErrorCode::kCoordinatorNotAvailable);
   }
   ensure_waiters_.push_back(std::move(done));
@@ -218,13 +218,13 @@ void Coordinator::EnsureOffsetsTopic(std::function<void(ErrorCode error)> done) 
                                     ? protocol::ErrorFromWire(resp.topics(0).error_code())
                                     : ErrorCode::kUnknownServerError;
         if (error != ErrorCode::kNone && error != ErrorCode::kTopicAlreadyExists) {
-          Log()->warn("creating {} failed: {}", kOffsetsTopic,
-                      status.ok() ? (resp.topics_size() == 1 ? resp.topics(0).error_message()
-                                                             : std::string("no result"))
-                                  : status.error_message());
+          kLog()->warn("creating {} failed: {}", kOffsetsTopic,
+                       status.ok() ? (resp.topics_size() == 1 ? resp.topics(0).error_message()
+                                                              : std::string("no result"))
+                                   : status.error_message());
           return FinishEnsure(ErrorCode::kCoordinatorNotAvailable);
         }
-        if (error == ErrorCode::kNone) Log()->info("created {}", kOffsetsTopic);
+        if (error == ErrorCode::kNone) kLog()->info("created {}", kOffsetsTopic);
         WaitForMetadata(
             broker_,
             [this] { return broker_.metadata.FindTopic(std::string(kOffsetsTopic)) != nullptr; },

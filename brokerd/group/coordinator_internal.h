@@ -11,9 +11,6 @@
 namespace runnel::brokerd::group::internal {
 
 // The group coordinator's logger, "brokerd.group".
-inline std::shared_ptr<spdlog::logger> Log() {
-  static auto logger = log::Get("brokerd.group");
-  return logger;
-}
+inline const log::ModuleLogger kLog("brokerd.group");
 
 }  // namespace runnel::brokerd::group::internal

@@ -12,7 +12,7 @@
 
 namespace runnel::brokerd::group {
 
-using internal::Log;
+using internal::kLog;
 
 namespace {
 
@@ -87,8 +87,8 @@ void Shard::Write(std::vector<LogRecord> records, std::function<void(ErrorCode e
   }
   StatusOr<std::vector<uint8_t>> batch = builder.Build();
   if (!batch.ok()) {
-    Log()->error("__consumer_offsets-{}: cannot build a batch: {}", partition_,
-                 batch.status().ToString());
+    kLog()->error("__consumer_offsets-{}: cannot build a batch: {}", partition_,
+                  batch.status().ToString());
     return PostWriteResult(id, ErrorCode::kCoordinatorNotAvailable);
   }
   storage::AppendPartition append;
@@ -108,9 +108,9 @@ void Shard::Write(std::vector<LogRecord> records, std::function<void(ErrorCode e
           error = CoordinatorWriteError(protocol::ErrorFromWire(r.error_code()));
         }
         if (error != ErrorCode::kNone) {
-          Log()->warn("__consumer_offsets-{}: write failed: {} {}", partition_,
-                      status.ok() ? std::to_string(r.error_code()) : status.error_message(),
-                      r.error_message());
+          kLog()->warn("__consumer_offsets-{}: write failed: {} {}", partition_,
+                       status.ok() ? std::to_string(r.error_code()) : status.error_message(),
+                       r.error_message());
         }
         CompleteWrite(id, error);
       });
@@ -156,7 +156,7 @@ void Shard::Unload() {
   loaded_classic_.clear();
   timers_.clear();
   load_done_ = nullptr;
-  Log()->debug("unloaded __consumer_offsets-{}", partition_);
+  kLog()->debug("unloaded __consumer_offsets-{}", partition_);
 }
 
 GroupSlot* Shard::Find(const std::string& group_id) {

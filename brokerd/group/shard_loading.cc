@@ -11,7 +11,7 @@
 
 namespace runnel::brokerd::group {
 
-using internal::Log;
+using internal::kLog;
 
 namespace {
 
@@ -26,7 +26,7 @@ constexpr int kMaxLoadRestarts = 100;
 
 void Shard::Load(std::function<void()> done) {
   load_done_ = std::move(done);
-  Log()->debug("loading __consumer_offsets-{} (leader epoch {})", partition_, leader_epoch_);
+  kLog()->debug("loading __consumer_offsets-{} (leader epoch {})", partition_, leader_epoch_);
   ReadNext(0);
 }
 
@@ -56,8 +56,8 @@ void Shard::RetryRead(int64_t offset) {
 void Shard::OnRead(const grpc::Status& status, storage::ReadResponse& resp, int64_t offset) {
   if (state_ != State::kLoading) return;
   if (!status.ok() || resp.partitions_size() != 1) {
-    Log()->warn("__consumer_offsets-{}: load read failed: {}; retrying", partition_,
-                status.ok() ? "no result" : status.error_message());
+    kLog()->warn("__consumer_offsets-{}: load read failed: {}; retrying", partition_,
+                 status.ok() ? "no result" : status.error_message());
     return RetryRead(offset);
   }
   storage::ReadPartitionResult& r = *resp.mutable_partitions(0);
@@ -67,8 +67,8 @@ void Shard::OnRead(const grpc::Status& status, storage::ReadResponse& resp, int6
     return ReadNext(std::max<int64_t>(r.log_start_offset(), 0));
   }
   if (r.error_code() != 0) {
-    Log()->warn("__consumer_offsets-{}: load read at {} failed: error {} {}; retrying", partition_,
-                offset, r.error_code(), r.error_message());
+    kLog()->warn("__consumer_offsets-{}: load read at {} failed: error {} {}; retrying", partition_,
+                 offset, r.error_code(), r.error_message());
     return RetryRead(offset);
   }
   if (load_end_ < 0) load_end_ = r.log_end_offset();
@@ -77,8 +77,8 @@ void Shard::OnRead(const grpc::Status& status, storage::ReadResponse& resp, int6
   StatusOr<std::vector<record::BatchView>> batches = record::SplitBatches(
       record::ByteSpan(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
   if (!batches.ok()) {
-    Log()->error("__consumer_offsets-{}: unreadable batches at {}: {}; retrying", partition_,
-                 offset, batches.status().ToString());
+    kLog()->error("__consumer_offsets-{}: unreadable batches at {}: {}; retrying", partition_,
+                  offset, batches.status().ToString());
     return RetryRead(offset);
   }
   int64_t next = offset;
@@ -91,8 +91,8 @@ void Shard::OnRead(const grpc::Status& status, storage::ReadResponse& resp, int6
       StatusOr<ParsedRecord> parsed = ParseRecord(*rec.key, rec.value);
       if (!parsed.ok()) {
         if (parsed.status().code() != absl::StatusCode::kNotFound) {
-          Log()->warn("__consumer_offsets-{}: skipping a record at {}: {}", partition_,
-                      batch.base_offset() + rec.offset_delta, parsed.status().ToString());
+          kLog()->warn("__consumer_offsets-{}: skipping a record at {}: {}", partition_,
+                       batch.base_offset() + rec.offset_delta, parsed.status().ToString());
         }
         return true;
       }
@@ -100,8 +100,8 @@ void Shard::OnRead(const grpc::Status& status, storage::ReadResponse& resp, int6
       return true;
     });
     if (!st.ok()) {
-      Log()->warn("__consumer_offsets-{}: skipping the batch at {}: {}", partition_,
-                  batch.base_offset(), st.ToString());
+      kLog()->warn("__consumer_offsets-{}: skipping the batch at {}: {}", partition_,
+                   batch.base_offset(), st.ToString());
     }
   }
   // Done at the end seen when the load began, or when a read brings nothing new (only batches
@@ -164,8 +164,8 @@ void Shard::FinishLoad() {
   for (auto& [id, value] : loaded_classic_) {
     GroupSlot& slot = groups_[id];
     if (slot.consumer) {
-      Log()->warn("group {}: both classic and consumer group records; keeping the consumer group",
-                  id);
+      kLog()->warn("group {}: both classic and consumer group records; keeping the consumer group",
+                   id);
       continue;
     }
     slot.classic = std::make_unique<ClassicGroup>(id, *this);
@@ -188,9 +188,9 @@ void Shard::FinishLoad() {
       ++it;
     }
   }
-  Log()->log(groups_.empty() ? spdlog::level::debug : spdlog::level::info,
-             "loaded __consumer_offsets-{}: {} group(s), {} offset(s) up to offset {}", partition_,
-             groups_.size(), offsets, load_end_);
+  kLog()->log(groups_.empty() ? spdlog::level::debug : spdlog::level::info,
+              "loaded __consumer_offsets-{}: {} group(s), {} offset(s) up to offset {}", partition_,
+              groups_.size(), offsets, load_end_);
   ScheduleExpiry();
   if (load_done_) {
     auto done = std::move(load_done_);

@@ -9,7 +9,7 @@
 
 namespace runnel::brokerd::group {
 
-using internal::Log;
+using internal::kLog;
 
 namespace {
 
@@ -248,8 +248,8 @@ void Shard::ExpireOffsets(std::function<void()> done) {
   Write(std::move(records),
         [this, expired = std::move(expired), count, done = std::move(done)](ErrorCode error) {
           if (error != ErrorCode::kNone) {
-            Log()->warn("__consumer_offsets-{}: expiry write failed with error {}", partition_,
-                        protocol::ErrorName(error));
+            kLog()->warn("__consumer_offsets-{}: expiry write failed with error {}", partition_,
+                         protocol::ErrorName(error));
           } else if (state_ == State::kActive) {
             for (const Expired& e : expired) {
               GroupSlot* slot = Find(e.group);
@@ -262,7 +262,7 @@ void Shard::ExpireOffsets(std::function<void()> done) {
                                  (!slot->consumer || slot->consumer->empty());
               if (e.remove_group && still_empty) Remove(e.group);
             }
-            Log()->info("__consumer_offsets-{}: expired {} offset(s)", partition_, count);
+            kLog()->info("__consumer_offsets-{}: expired {} offset(s)", partition_, count);
           }
           if (done) done();
         });

@@ -6,10 +6,7 @@
 namespace runnel::brokerd {
 namespace {
 
-std::shared_ptr<spdlog::logger> Log() {
-  static auto logger = log::Get("brokerd.storage");
-  return logger;
-}
+const log::ModuleLogger kLog("brokerd.storage");
 
 }  // namespace
 
@@ -82,7 +79,7 @@ void StorageClient::WatchLoop() {
     if (!first) {
       backoff = std::chrono::milliseconds(50);
       loop_.Post([this] { lost_(); });
-      Log()->warn("partition watch ended ({}); reconnecting", status.error_message());
+      kLog()->warn("partition watch ended ({}); reconnecting", status.error_message());
     }
     if (!watch_.Pause(backoff)) return;
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));

@@ -20,10 +20,7 @@ namespace {
 
 using protocol::ErrorCode;
 
-std::shared_ptr<spdlog::logger> Logger() {
-  static auto logger = log::Get("storaged.log");
-  return logger;
-}
+const log::ModuleLogger kLog("storaged.log");
 
 Status ErrnoStatus(std::string_view what, const std::string& path) {
   int e = errno;
@@ -71,7 +68,7 @@ Log::Log(LogOptions options) : options_(std::move(options)), config_(options_.co
 Log::~Log() {
   if (!closed_) {
     Status s = Close();
-    if (!s.ok()) Logger()->warn("[{}] close: {}", tp().ToString(), s.message());
+    if (!s.ok()) kLog()->warn("[{}] close: {}", tp().ToString(), s.message());
   }
 }
 
@@ -263,7 +260,7 @@ Status Log::Load(int64_t recovery_point, int64_t log_start_offset, bool clean_sh
     }
   }
   if (!report->notes.empty()) {
-    for (const std::string& note : report->notes) Logger()->warn("[{}] {}", name, note);
+    for (const std::string& note : report->notes) kLog()->warn("[{}] {}", name, note);
   }
   return absl::OkStatus();
 }
@@ -384,7 +381,7 @@ Status Log::RollLocked() {
     MutexLock lock(&segments_mu_);
     segments_[base] = std::move(seg);
   }
-  Logger()->debug("[{}] rolled a new segment at offset {}", tp().ToString(), base);
+  kLog()->debug("[{}] rolled a new segment at offset {}", tp().ToString(), base);
   return absl::OkStatus();
 }
 
@@ -426,8 +423,8 @@ AppendResult Log::Append(std::span<uint8_t> records, int32_t leader_epoch) {
     Status flushed = FlushUpTo(result.last_offset + 1);
     if (!flushed.ok()) {
       failed_.store(true);
-      Logger()->error("[{}] flush failed, the log takes no more appends: {}", tp().ToString(),
-                      flushed.message());
+      kLog()->error("[{}] flush failed, the log takes no more appends: {}", tp().ToString(),
+                    flushed.message());
       return Fail(ErrorCode::kKafkaStorageError, std::string(flushed.message()));
     }
   }
@@ -474,7 +471,7 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
   const int64_t position = active->size();
   Status written = active->Append(records, batches, cfg.index_interval_bytes);
   if (!written.ok()) {
-    Logger()->error("[{}] append failed: {}", tp().ToString(), written.message());
+    kLog()->error("[{}] append failed: {}", tp().ToString(), written.message());
     return Fail(ErrorCode::kKafkaStorageError, std::string(written.message()));
   }
   result.range = {active->log_path(), position, int32_t(records.size()), active->inode()};
@@ -484,7 +481,7 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
     std::optional<EpochEntry> latest = epochs_->Latest();
     if (!latest || leader_epoch > latest->epoch) {
       Status s = epochs_->Assign(leader_epoch, result.base_offset);
-      if (!s.ok()) Logger()->warn("[{}] leader epoch checkpoint: {}", tp().ToString(), s.message());
+      if (!s.ok()) kLog()->warn("[{}] leader epoch checkpoint: {}", tp().ToString(), s.message());
     }
   }
   int64_t total = appended_messages_.fetch_add(messages) + messages;
@@ -569,7 +566,7 @@ ReadResult Log::Read(int64_t offset, int32_t max_bytes, bool min_one_batch,
     int64_t seg_end = seg->size();
     StatusOr<std::optional<BatchLocation>> first = seg->FindBatch(offset, seg_end);
     if (!first.ok()) {
-      Logger()->error("[{}] read: {}", tp().ToString(), first.status().message());
+      kLog()->error("[{}] read: {}", tp().ToString(), first.status().message());
       r.error = ErrorCode::kKafkaStorageError;
       return r;
     }
@@ -582,7 +579,7 @@ ReadResult Log::Read(int64_t offset, int32_t max_bytes, bool min_one_batch,
     } else {
       StatusOr<int64_t> end = seg->FindEndPosition(loc.position, budget, seg_end, limit);
       if (!end.ok()) {
-        Logger()->error("[{}] read: {}", tp().ToString(), end.status().message());
+        kLog()->error("[{}] read: {}", tp().ToString(), end.status().message());
         r.error = ErrorCode::kKafkaStorageError;
         return r;
       }
@@ -636,7 +633,7 @@ OffsetLookup Log::LookupMaxTimestamp() const {
     }
     return true;
   });
-  if (!s.ok()) Logger()->warn("[{}] max timestamp lookup: {}", tp().ToString(), s.message());
+  if (!s.ok()) kLog()->warn("[{}] max timestamp lookup: {}", tp().ToString(), s.message());
   return out;
 }
 
@@ -810,7 +807,7 @@ int Log::DeleteOldSegments(std::vector<std::shared_ptr<Segment>>* to_unlink) {
     if (all_expired) {
       Status rolled = RollLocked();
       if (!rolled.ok()) {
-        Logger()->warn("[{}] roll for retention: {}", tp().ToString(), rolled.message());
+        kLog()->warn("[{}] roll for retention: {}", tp().ToString(), rolled.message());
       } else {
         if (options_.on_roll) options_.on_roll(tp(), log_end_offset_.load());
         segs = Segments();
@@ -842,15 +839,15 @@ int Log::DeleteOldSegments(std::vector<std::shared_ptr<Segment>>* to_unlink) {
   {
     MutexLock elock(&epochs_mu_);
     Status s = epochs_->TruncateFromStart(new_start);
-    if (!s.ok()) Logger()->warn("[{}] leader epochs: {}", tp().ToString(), s.message());
+    if (!s.ok()) kLog()->warn("[{}] leader epochs: {}", tp().ToString(), s.message());
   }
   for (size_t i = 0; i < n; ++i) {
     Status s = segs[i]->RenameSuffix("", kDeletedSuffix);
-    if (!s.ok()) Logger()->warn("[{}] rename for deletion: {}", tp().ToString(), s.message());
+    if (!s.ok()) kLog()->warn("[{}] rename for deletion: {}", tp().ToString(), s.message());
     to_unlink->push_back(segs[i]);
   }
-  Logger()->info("[{}] retention removed {} segment(s); log start offset is now {}",
-                 tp().ToString(), n, new_start);
+  kLog()->info("[{}] retention removed {} segment(s); log start offset is now {}", tp().ToString(),
+               n, new_start);
   // Subscribers only note the change, so notifying under append_mu_ is fine.
   Notify();
   return int(n);
