@@ -84,7 +84,7 @@ Broker::Broker(const config::Config& config)
                storage_, partitions_, appends_,  groups_},
       groups_(context_),
       reconciler_(loop_, metadata_, partitions_, storage_, node_id_,
-                  [this](const MetadataCache& cache, const TopicInfo& topic) {
+                  [](const MetadataCache& cache, const TopicInfo& topic) {
                     return StorageConfigsFor(cache, topic);
                   }),
       dispatcher_(context_),
