@@ -32,6 +32,7 @@
 #include "common/protocol/messages.h"
 #include "proto/runnel/controller.grpc.pb.h"
 #include "tests/unit/brokerd/real_storage_fixture.h"
+#include "tests/util/wait.h"
 
 namespace runnel::brokerd {
 namespace {
@@ -184,11 +185,7 @@ extern "C" void OnStopSignal(int) { g_stop.store(true); }
 
 // Polls `done` every 10 ms for up to 20 s.
 bool WaitFor(const std::function<bool()>& done) {
-  for (int i = 0; i < 2000; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return done();
+  return runnel::testing::WaitUntil(done, 20s, 10ms);
 }
 
 class BrokerStopTest : public RealStorageTest {

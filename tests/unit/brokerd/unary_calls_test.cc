@@ -16,6 +16,7 @@
 #include "common/grpc/unix_server.h"
 #include "proto/runnel/storage.grpc.pb.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/wait.h"
 
 namespace runnel::brokerd {
 namespace {
@@ -81,12 +82,7 @@ class UnaryCallsTest : public ::testing::Test {
   }
 
   static bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds limit) {
-    auto until = std::chrono::steady_clock::now() + limit;
-    while (!pred()) {
-      if (std::chrono::steady_clock::now() >= until) return false;
-      std::this_thread::sleep_for(5ms);
-    }
-    return true;
+    return runnel::testing::WaitUntil(pred, limit);
   }
 
   // Long enough that a completion the client did not cancel arrives after the loop is gone.

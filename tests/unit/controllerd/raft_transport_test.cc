@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/util/wait.h"
+
 namespace runnel::controllerd {
 namespace {
 
@@ -77,12 +79,7 @@ raft::Message Msg(raft::MessageType type, raft::NodeId from, raft::NodeId to, ui
 }
 
 bool WaitUntil(const std::function<bool()>& pred, milliseconds wait = milliseconds(10000)) {
-  const auto deadline = Clock::now() + wait;
-  while (Clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return pred();
+  return runnel::testing::WaitUntil(pred, wait);
 }
 
 // A voter: its transport (no other voter), its RaftService, a server on 127.0.0.1.

@@ -23,6 +23,7 @@
 #include "common/grpc/unix_server.h"
 #include "proto/runnel/supervisor.grpc.pb.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/wait.h"
 
 extern char** environ;
 
@@ -42,12 +43,7 @@ std::string ReadFile(const std::string& path) {
 }
 
 bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout = kWait) {
-  const auto until = SteadyClock::now() + timeout;
-  while (SteadyClock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return done();
+  return runnel::testing::WaitUntil(done, timeout, 20ms);
 }
 
 // The pid exists, zombie or not: a child the supervisor failed to reap stays Alive.
