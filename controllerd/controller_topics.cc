@@ -459,6 +459,7 @@ StatusOr<controller::DeleteTopicsResponse> Controller::DeleteTopics(
   }
   return response;
 }
+
 // ---- CreatePartitions -------------------------------------------------------------------
 
 StatusOr<controller::CreatePartitionsResponse> Controller::CreatePartitions(
