@@ -106,7 +106,6 @@ constexpr const char* kProtocolType = "consumer";
 constexpr const char* kAssignor = "range";
 
 constexpr ErrorCode kNone = ErrorCode::kNone;
-constexpr ErrorCode kCoordinatorLoadInProgress = ErrorCode::kCoordinatorLoadInProgress;
 constexpr ErrorCode kCoordinatorNotAvailable = ErrorCode::kCoordinatorNotAvailable;
 constexpr ErrorCode kNotCoordinator = ErrorCode::kNotCoordinator;
 constexpr ErrorCode kIllegalGeneration = ErrorCode::kIllegalGeneration;

@@ -161,8 +161,8 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
     auto* out = w.out;
     broker.appends.Append(
         std::move(w.append), w.records, timeout,
-        [&broker, pending, out, version](const grpc::Status& status,
-                                         const storage::AppendPartitionResult& r) {
+        [pending, out, version](const grpc::Status& status,
+                                const storage::AppendPartitionResult& r) {
           if (!status.ok()) {
             out->error_code = StorageCallError(status);
             if (version >= 8) out->error_message = status.error_message();
