@@ -24,13 +24,18 @@ struct PartitionInfo {
   int32_t leader_epoch = 0;
 };
 
+// Kafka's internal topics: the coordinators' state topics, nothing else; also before they
+// exist (Metadata and DescribeTopicPartitions flag a requested name).
+inline bool IsInternalTopicName(const std::string& name) {
+  return name == "__consumer_offsets" || name == "__transaction_state";
+}
+
 struct TopicInfo {
   std::string name;
   protocol::Uuid id;
   std::map<int32_t, PartitionInfo> partitions;
   std::map<std::string, std::string> configs;  // explicitly set ones
-  // Kafka's internal topics: the coordinators' state topics, nothing else.
-  bool internal() const { return name == "__consumer_offsets" || name == "__transaction_state"; }
+  bool internal() const { return IsInternalTopicName(name); }
 };
 
 struct BrokerInfo {

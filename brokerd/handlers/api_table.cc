@@ -20,6 +20,7 @@ std::span<const ApiEntry> SupportedApis() {
       {ApiKey::kDeleteTopics, 1, 6, &HandleDeleteTopics},
       {ApiKey::kDescribeCluster, 0, 1, &HandleDescribeCluster},
       {ApiKey::kDescribeQuorum, 0, 2, &HandleDescribeQuorum},
+      {ApiKey::kDescribeTopicPartitions, 0, 0, &HandleDescribeTopicPartitions},
       {ApiKey::kCreatePartitions, 0, 3, &HandleCreatePartitions},
       {ApiKey::kDescribeConfigs, 1, 4, &HandleDescribeConfigs},
       {ApiKey::kAlterConfigs, 0, 2, &HandleAlterConfigs},

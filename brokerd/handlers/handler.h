@@ -77,6 +77,7 @@ void HandleCreateTopics(BrokerContext&, std::unique_ptr<RequestContext>, Respond
 void HandleDeleteTopics(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDescribeCluster(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDescribeQuorum(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleDescribeTopicPartitions(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleCreatePartitions(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDescribeConfigs(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleAlterConfigs(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
@@ -131,6 +132,32 @@ std::vector<BrokerAddress> BrokersOnListener(const MetadataCache& cache,
 // requests a client sends to "the controller" and forwards them to the active one.
 int32_t ControllerIdForClients(const MetadataCache& cache,
                                const std::vector<BrokerAddress>& brokers, int32_t self);
+
+// A broker that clients of `listener` reach: registered, unfenced, with an endpoint of that
+// name. Kafka's metadata cache lists a partition's other replicas as offline.
+inline bool BrokerReachable(const MetadataCache& cache, int32_t id, const std::string& listener) {
+  auto it = cache.brokers().find(id);
+  if (it == cache.brokers().end() || it->second.fenced) return false;
+  for (const auto& ep : it->second.endpoints) {
+    if (ep.name() == listener) return true;
+  }
+  return false;
+}
+
+// What Metadata and DescribeTopicPartitions both say of a partition: its index, leader epoch,
+// replicas and ISR as placed, and the replicas offline to clients of `listener`. The leader
+// and the partition's error are each API's own.
+template <typename Part>
+void FillPartitionReplicas(const MetadataCache& cache, const PartitionInfo& p,
+                           const std::string& listener, Part* out) {
+  out->partition_index = p.id;
+  out->leader_epoch = p.leader_epoch;
+  for (int32_t r : p.replicas) {
+    out->replica_nodes.push_back(NodeId(r));
+    if (!BrokerReachable(cache, r, listener)) out->offline_replicas.push_back(NodeId(r));
+  }
+  for (int32_t r : p.isr) out->isr_nodes.push_back(NodeId(r));
+}
 
 // Decodes the request body as `Req`; false (after logging one line) when it is malformed,
 // in which case the handler answers Response::Close(), as Kafka closes the connection.

@@ -15,18 +15,13 @@ using protocol::MetadataResponse;
 // The controller call of an auto-creation; the Metadata answer waits for it.
 constexpr std::chrono::milliseconds kAutoCreateTimeout{10000};
 
-// Kafka's internal topics, also before they exist.
-bool IsInternalTopicName(const std::string& name) {
-  return name == "__consumer_offsets" || name == "__transaction_state";
-}
-
 bool BrokerIsLive(const MetadataCache& cache, int32_t id) {
   auto it = cache.brokers().find(id);
   return it != cache.brokers().end() && !it->second.fenced;
 }
 
-void FillTopic(const MetadataCache& cache, const TopicInfo& topic, bool with_operations,
-               MetadataResponse::MetadataResponseTopic* out) {
+void FillTopic(const MetadataCache& cache, const TopicInfo& topic, const std::string& listener,
+               bool with_operations, MetadataResponse::MetadataResponseTopic* out) {
   out->error_code = ErrorCode::kNone;
   out->name = topic.name;
   out->topic_id = topic.id;
@@ -36,14 +31,8 @@ void FillTopic(const MetadataCache& cache, const TopicInfo& topic, bool with_ope
     MetadataResponse::MetadataResponsePartition part;
     bool leader_live = p.leader >= 0 && BrokerIsLive(cache, p.leader);
     part.error_code = leader_live ? ErrorCode::kNone : ErrorCode::kLeaderNotAvailable;
-    part.partition_index = p.id;
     part.leader_id = NodeId(leader_live ? p.leader : -1);
-    part.leader_epoch = p.leader_epoch;
-    for (int32_t r : p.replicas) {
-      part.replica_nodes.push_back(NodeId(r));
-      if (!BrokerIsLive(cache, r)) part.offline_replicas.push_back(NodeId(r));
-    }
-    for (int32_t r : p.isr) part.isr_nodes.push_back(NodeId(r));
+    FillPartitionReplicas(cache, p, listener, &part);
     out->partitions.push_back(std::move(part));
   }
 }
@@ -78,7 +67,7 @@ void HandleMetadata(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, 
   if (all_topics) {
     for (const auto& [name, topic] : cache.topics()) {
       MetadataResponse::MetadataResponseTopic out;
-      FillTopic(cache, topic, with_topic_ops, &out);
+      FillTopic(cache, topic, ctx->listener, with_topic_ops, &out);
       resp.topics.push_back(std::move(out));
     }
     return respond(EncodeResponse(*ctx, resp));
@@ -104,7 +93,7 @@ void HandleMetadata(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, 
         out.name = std::nullopt;
         out.topic_id = want.topic_id;
       } else {
-        FillTopic(cache, *topic, with_topic_ops, &out);
+        FillTopic(cache, *topic, ctx->listener, with_topic_ops, &out);
       }
       resp.topics.push_back(std::move(out));
       continue;
@@ -116,7 +105,7 @@ void HandleMetadata(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, 
     if (!TopicNameError(name).empty()) {
       out.error_code = ErrorCode::kInvalidTopicException;
     } else if (const TopicInfo* topic = cache.FindTopic(name)) {
-      FillTopic(cache, *topic, with_topic_ops, &out);
+      FillTopic(cache, *topic, ctx->listener, with_topic_ops, &out);
     } else if (auto_create && !out.is_internal) {
       // With the broker defaults (num.partitions, default.replication.factor); the answer
       // waits for the controller's.

@@ -256,6 +256,9 @@ std::vector<KeyDef> Declare() {
        "every answer, which doubles librdkafka's consume rate (see the README's Speed)."},
       {"socket.request.max.bytes", KeyType::kInt, "104857600", 1, INT32_MAX,
        "Largest request frame accepted; a bigger size prefix closes the connection."},
+      {"max.request.partition.size.limit", KeyType::kInt, "2000", 1, INT32_MAX,
+       "Most partitions one DescribeTopicPartitions answer lists; the client pages through "
+       "the rest with the answer's cursor."},
       {"max.connections", KeyType::kInt, "2147483647", 1, INT32_MAX,
        "Most client connections the broker accepts at once."},
       {"max.connections.per.ip", KeyType::kInt, "2147483647", 1, INT32_MAX,

@@ -2,32 +2,20 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/unit/brokerd/metadata_records.h"
+
 namespace runnel::brokerd {
 namespace {
 
+using metadata_records::AddTopic;
+using metadata_records::Id;
 using runnel::controller::MetadataUpdate;
-
-std::string Id(uint8_t b) { return std::string(15, '\0') + static_cast<char>(b); }
 
 MetadataUpdate Update(int64_t offset, bool snapshot) {
   MetadataUpdate u;
   u.set_offset(offset);
   u.set_is_snapshot(snapshot);
   return u;
-}
-
-void AddTopic(MetadataUpdate& u, const std::string& name, uint8_t id, int partitions) {
-  auto* t = u.add_records()->mutable_topic();
-  t->set_name(name);
-  t->set_topic_id(Id(id));
-  for (int p = 0; p < partitions; ++p) {
-    auto* r = u.add_records()->mutable_partition();
-    r->set_topic_id(Id(id));
-    r->set_partition_id(p);
-    r->add_replicas(1);
-    r->add_isr(1);
-    r->set_leader(1);
-  }
 }
 
 TEST(MetadataCacheTest, SnapshotThenDeltas) {
