@@ -27,7 +27,7 @@ TEST_DIR := build/asan
 # the parse-only checks (scripts/clang_build.py).
 CLANG_CHECK_DIR := build/tidy
 FUZZ_DIR := build/fuzz
-COMPAT_TESTS ?= test_topics test_console test_groups test_metadata_quorum \
+COMPAT_TESTS ?= test_topics test_topic_partitions test_console test_groups test_metadata_quorum \
   test_java_client test_python_clients test_go_client
 # What tidy-changed compares with; empty: origin/main, else main (on main itself: HEAD~1).
 TIDY_BASE ?=

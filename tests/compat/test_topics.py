@@ -75,8 +75,6 @@ class TopicsTest(TargetTestCase):
         self.assertIn(f"Topic '{t}-nope' does not exist as expected",
                       unknown.stdout + unknown.stderr)
 
-    @runnel_gap("Runnel does not serve DescribeTopicPartitions (API 75), so kafka-topics "
-                "--describe falls back to Metadata and prints 'Elr: N/A LastKnownElr: N/A'")
     def test_describe_shows_eligible_leader_replicas(self):
         t = self.topic()
         self.tool("kafka-topics", "--create", "--topic", t, "--partitions", "1")

@@ -41,6 +41,7 @@ import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.DescribeTopicsOptions;
 import org.apache.kafka.clients.admin.GroupListing;
 import org.apache.kafka.clients.admin.ListGroupsOptions;
 import org.apache.kafka.clients.admin.ListOffsetsResult;
@@ -446,10 +447,25 @@ public final class ClientCheck {
     return answer;
   }
 
+  /**
+   * {"names": [...], "partition_limit": N}: each topic's description in "topics" and its outcome
+   * in "errors"; a partition's elr and last_known_elr are null when the client had them from
+   * Metadata (a broker without DescribeTopicPartitions), lists when from DescribeTopicPartitions.
+   * partition_limit (optional) is partitionSizeLimitPerResponse: the client pages with cursors.
+   */
   private ObjectNode describeTopics(JsonNode req) throws Exception {
+    DescribeTopicsOptions options = new DescribeTopicsOptions();
+    if (req.has("partition_limit")) {
+      options.partitionSizeLimitPerResponse(req.path("partition_limit").asInt());
+    }
+    Map<String, KafkaFuture<TopicDescription>> futures =
+        admin().describeTopics(strings(req.path("names")), options).topicNameValues();
     ObjectNode answer = JSON.createObjectNode();
+    answer.set("errors", outcomes(futures));
     ObjectNode topics = answer.putObject("topics");
-    for (TopicDescription d : get(admin().describeTopics(strings(req.path("names"))).allTopicNames()).values()) {
+    for (KafkaFuture<TopicDescription> future : new TreeMap<>(futures).values()) {
+      if (future.isCompletedExceptionally()) continue;
+      TopicDescription d = get(future);
       ObjectNode o = topics.putObject(d.name());
       o.put("id", d.topicId().toString());
       o.put("internal", d.isInternal());
@@ -462,9 +478,18 @@ public final class ClientCheck {
         p.replicas().forEach(n -> replicas.add(n.id()));
         var isr = po.putArray("isr");
         p.isr().forEach(n -> isr.add(n.id()));
+        po.set("elr", nodeIds(p.elr()));
+        po.set("last_known_elr", nodeIds(p.lastKnownElr()));
       }
     }
     return answer;
+  }
+
+  private static JsonNode nodeIds(List<Node> nodes) {
+    if (nodes == null) return JSON.nullNode();
+    var ids = JSON.createArrayNode();
+    nodes.forEach(n -> ids.add(n.id()));
+    return ids;
   }
 
   /** {"counts": {"topic": total}} */
