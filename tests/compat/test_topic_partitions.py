@@ -12,6 +12,7 @@ UNKNOWN_SERVER_ERROR, NONE, UNKNOWN_TOPIC_OR_PARTITION = -1, 0, 3
 INVALID_TOPIC_EXCEPTION, INVALID_REQUEST = 17, 42
 # Every operation of a topic (READ ... ALTER_CONFIGS): what a broker with no authorizer gives.
 ALL_TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+NO_OPERATIONS = -2**31  # the field's default: an answer refused as a whole
 CAP = 3
 
 # Topics of this class, created once: names sort as listed.
@@ -143,21 +144,26 @@ class DescribeTopicPartitionsTest(TargetTestCase):
             self.assertIsNone(next_cursor)
             return [(t["name"], t["error"], t["partitions"], t["operations"]) for t in topics]
 
-        # The cursor's topic must be among the named ones: every name refused, as asked.
-        self.assertEqual(refused(["dtp-b", "dtp-a", "dtp-b"], ("dtp-c", 0)),
-                         [(n, INVALID_REQUEST, [], -2**31) for n in ["dtp-b", "dtp-a", "dtp-b"]])
+        def all_refused(names, error):
+            """Kafka's answer to a request refused as a whole: each name as asked."""
+            return [(n, error, [], NO_OPERATIONS) for n in names]
+
+        # The cursor's topic must be among the named ones: every name refused.
+        names = ["dtp-b", "dtp-a", "dtp-b"]
+        self.assertEqual(refused(names, ("dtp-c", 0)), all_refused(names, INVALID_REQUEST))
         # A cursor before every name is not among them either.
-        self.assertEqual(refused(["dtp-b"], ("dtp-a", 0)), [("dtp-b", INVALID_REQUEST, [], -2**31)])
+        self.assertEqual(refused(["dtp-b"], ("dtp-a", 0)),
+                         all_refused(["dtp-b"], INVALID_REQUEST))
         # A negative partition index.
-        self.assertEqual(refused(["dtp-a"], ("dtp-a", -1)), [("dtp-a", INVALID_REQUEST, [], -2**31)])
+        self.assertEqual(refused(["dtp-a"], ("dtp-a", -1)),
+                         all_refused(["dtp-a"], INVALID_REQUEST))
         self.assertEqual(refused([], ("dtp-a", -1)), [])
         # An empty name with no cursor: Kafka's handler fails (a NullPointerException), and
         # every name gets UNKNOWN_SERVER_ERROR. With a cursor at "" it is an invalid name.
         self.assertEqual(refused(["", "dtp-a"], None),
-                         [(n, UNKNOWN_SERVER_ERROR, [], -2**31) for n in ["", "dtp-a"]])
+                         all_refused(["", "dtp-a"], UNKNOWN_SERVER_ERROR))
         self.assertEqual(refused([""], ("", 0)),
                          [("", INVALID_TOPIC_EXCEPTION, [], ALL_TOPIC_OPERATIONS)])
-
 
 if __name__ == "__main__":
     unittest.main()
