@@ -136,7 +136,7 @@ std::vector<KeyDef> Declare() {
       {"log.message.timestamp.before.max.ms", KeyType::kLong, "9223372036854775807", 0, kLongMax,
        "How far in the past a CreateTime timestamp may be (topic: "
        "message.timestamp.before.max.ms)."},
-      {"log.message.timestamp.after.max.ms", KeyType::kLong, "9223372036854775807", 0, kLongMax,
+      {"log.message.timestamp.after.max.ms", KeyType::kLong, "3600000", 0, kLongMax,
        "How far in the future a CreateTime timestamp may be (topic: "
        "message.timestamp.after.max.ms)."},
       {"log.cleaner.enable", KeyType::kBool, "true", 0, 0,
