@@ -227,6 +227,18 @@ Status ValidateTopicConfigs(const std::map<std::string, std::string>& configs) {
     if (def == nullptr) {
       return absl::InvalidArgumentError(fmt::format("Unknown topic config name: {}", key));
     }
+    if (def->validate == &ValidateCleanupPolicy && !SplitList(value).empty()) {
+      // Kafka checks each item and names the bad one; a repeated item is allowed.
+      for (const std::string& item : SplitList(value)) {
+        if (item != "compact" && item != "delete") {
+          return absl::InvalidArgumentError(
+              fmt::format("Invalid value {} for configuration {}: String must be one of: "
+                          "compact, delete",
+                          item, key));
+        }
+      }
+      continue;
+    }
     if (std::string why = TopicValueError(*def, value); !why.empty()) {
       if (def->validate == &ValidateThrottledReplicas) {
         // Kafka shows the parsed list and names the key again in the reason.

@@ -93,8 +93,12 @@ TEST(TopicConfigTest, ValidValuesPass) {
 TEST(TopicConfigTest, ErrorsNameTheKey) {
   EXPECT_EQ(Error({{"retention.mss", "1"}}), "Unknown topic config name: retention.mss");
   EXPECT_EQ(Error({{"cleanup.policy", "bogus"}}),
-            "Invalid value bogus for configuration cleanup.policy: 'bogus' is not one of "
+            "Invalid value bogus for configuration cleanup.policy: String must be one of: "
             "compact, delete");
+  EXPECT_EQ(Error({{"cleanup.policy", "compact,Delete"}}),
+            "Invalid value Delete for configuration cleanup.policy: String must be one of: "
+            "compact, delete");
+  EXPECT_EQ(Error({{"cleanup.policy", "delete,delete"}}), "");
   EXPECT_EQ(Error({{"cleanup.policy", ""}}),
             "Invalid value  for configuration cleanup.policy: must be delete, compact or "
             "compact,delete");

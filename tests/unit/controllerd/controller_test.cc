@@ -325,8 +325,8 @@ TEST_F(ControllerTest, ConfigErrors) {
   ExpectError(Create(*c, with_config("retention.mss", "1")), ErrorCode::kInvalidConfig,
               "Unknown topic config name: retention.mss");
   ExpectError(Create(*c, with_config("cleanup.policy", "sometimes")), ErrorCode::kInvalidConfig,
-              "Invalid value sometimes for configuration cleanup.policy: 'sometimes' is not one "
-              "of compact, delete");
+              "Invalid value sometimes for configuration cleanup.policy: String must be one "
+              "of: compact, delete");
   ExpectError(Create(*c, with_config("retention.ms", std::nullopt)), ErrorCode::kInvalidConfig,
               "Null value not supported for topic configs: retention.ms");
   // A config error wins over a partition error, as in Kafka (configs are checked first).
