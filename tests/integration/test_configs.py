@@ -62,6 +62,7 @@ TOPIC_DEFAULTS = {
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 INVALID_CONFIG, INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION = 40, 42, 3
+INVALID_TIMESTAMP = 32
 
 
 # ---- raw requests (non-flexible versions) -----------------------------------------------
@@ -539,6 +540,26 @@ class TopicConfigsTakeEffectTest(unittest.TestCase):
             now = int(time.time() * 1000)
             for i in range(12, 15):
                 self.assertEqual(produce_and_fetch(i, now), i)
+
+    def test_future_timestamps_follow_message_timestamp_after_max_ms(self):
+        # Kafka 4's default (KIP-1030) is an hour; a topic's own value replaces it.
+        create(self.admin, CNewTopic("future-default", 1, 1),
+               CNewTopic("future-day", 1, 1,
+                         config={"message.timestamp.after.max.ms": "86400000"}))
+        conn = Connection(self.node.bootstrap)
+        try:
+            now = int(time.time() * 1000)
+
+            def produce(topic, timestamp):
+                answer = conn.produce(3, -1, topic, {0: record_batch([b"x"], timestamp)})
+                return answer[(topic, 0)]["error"]
+
+            self.assertEqual(produce("future-default", now + 1_800_000), 0)
+            self.assertEqual(produce("future-default", now + 7_200_000), INVALID_TIMESTAMP)
+            self.assertEqual(produce("future-day", now + 7_200_000), 0)
+            self.assertEqual(produce("future-day", now + 2 * 86_400_000), INVALID_TIMESTAMP)
+        finally:
+            conn.close()
 
     def test_log_append_time_topic_stamps_records(self):
         create(self.admin, CNewTopic("appendtime", 1, 1,
