@@ -143,6 +143,10 @@ class ConfigsTest(TargetTestCase):
         _, configs = self.describe(t, "--all")
         self.assertEqual(set(configs), set(KAFKA_44_TOPIC_CONFIGS))
         self.assertEqual(configs["message.timestamp.after.max.ms"][0], "3600000")  # KIP-1030
+        # The cluster-wide default that formatting a new cluster writes.
+        self.assertEqual(configs["min.insync.replicas"],
+                         ("1", "DYNAMIC_DEFAULT_BROKER_CONFIG:min.insync.replicas=1, "
+                               "DEFAULT_CONFIG:min.insync.replicas=1"))
 
     def test_kafka_4_validation(self):
         t = self.topic()

@@ -188,9 +188,12 @@ class TopicConfigsTest(unittest.TestCase):
         for name, c in configs.items():
             # retention.ms is DEFAULT_CONFIG although its value is log.retention.hours': as
             # Kafka 4.4 shows it (its synonyms start at log.retention.ms, set nowhere here).
+            # min.insync.replicas=1 is the cluster-wide default a new cluster writes (Kafka's
+            # format does the same).
             want = (ConfigSource.DYNAMIC_TOPIC_CONFIG if name == "cleanup.policy" else
                     ConfigSource.STATIC_BROKER_CONFIG if name == "max.message.bytes" else
-                    ConfigSource.DEFAULT_CONFIG)
+                    ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG if name == "min.insync.replicas"
+                    else ConfigSource.DEFAULT_CONFIG)
             self.assertEqual(c.source, want.value, name)
             self.assertFalse(c.is_read_only, name)
             self.assertFalse(c.is_sensitive, name)
@@ -317,7 +320,7 @@ class TopicConfigsTest(unittest.TestCase):
                          ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
         err, _, cluster = describe_v3(self.node.port, BROKER, "")
         self.assertEqual(err, 0)
-        self.assertEqual(set(cluster), {"log.segment.bytes"})
+        self.assertEqual(set(cluster), {"log.segment.bytes", "min.insync.replicas"})
         self.assertEqual(cluster["log.segment.bytes"]["source"],
                          ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
         # This broker's own value wins over the cluster's.
