@@ -31,6 +31,7 @@ ControllerOptions ControllerOptions::FromConfig(const config::Config& config) {
   o.node_id = config.GetInt("node.id");
   o.default_num_partitions = config.GetInt("num.partitions");
   o.default_replication_factor = config.GetInt("default.replication.factor");
+  o.min_insync_replicas = config.GetInt("min.insync.replicas");
   o.snapshot_interval_bytes = config.GetLong("metadata.log.max.record.bytes.between.snapshots");
   o.session_timeout_ms = config.GetInt("broker.session.timeout.ms");
   return o;
@@ -302,6 +303,13 @@ void Controller::MaybeProposeClusterIdLocked() {
   auto* f = batch.add_records()->mutable_feature_level();
   f->set_name("metadata.version");
   f->set_feature_level(kMetadataVersion);
+  // Kafka's format writes the cluster-wide min.insync.replicas, which every topic's
+  // DescribeConfigs then shows as DYNAMIC_DEFAULT_BROKER_CONFIG.
+  auto* c = batch.add_records()->mutable_config();
+  c->set_resource_type(metadata::CONFIG_RESOURCE_BROKER);
+  c->set_resource_name("");
+  c->set_name("min.insync.replicas");
+  c->set_value(fmt::format("{}", options_.min_insync_replicas));
   kLog()->info("new cluster: proposing cluster id {}", cluster_id);
   // Completed on the driver thread once applied; a failure leaves it to the next leader.
   (void)quorum_->Propose(batch.SerializeAsString());

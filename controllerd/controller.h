@@ -48,6 +48,9 @@ struct ControllerOptions {
   int32_t node_id = 1;                     // node.id: reported as the controller id
   int32_t default_num_partitions = 1;      // num.partitions
   int32_t default_replication_factor = 1;  // default.replication.factor
+  // min.insync.replicas: written as the cluster-wide dynamic default when this controller
+  // starts a new cluster, as Kafka's storage format does.
+  int32_t min_insync_replicas = 1;
   // metadata.log.max.record.bytes.between.snapshots
   int64_t snapshot_interval_bytes = 20 << 20;
   // Updates a watcher may have undelivered before its stream is ended (it then reconnects).

@@ -106,22 +106,37 @@ std::vector<DescribedConfig> DescribeTopicConfigs(const NodeConfigView& node,
     }
     // The value in the topic config's unit, from the first synonym found.
     std::optional<std::string> value;
+    std::vector<ConfigSynonym> broker;
     for (ConfigSource level : kBrokerLevels) {
       for (const config::NodeSynonym& s : node_keys) {
         if (std::optional<std::string> v = ValueAt(node, level, s.name)) {
           if (!value) value = config::ToTopicUnit(s, *v);
-          c.synonyms.push_back({std::string(s.name), Masked(sensitive, *v), level});
+          broker.push_back({std::string(s.name), Masked(sensitive, *v), level});
         }
       }
     }
     if (!node_keys.empty()) {
       // The declared default of the most specific node key is what storaged falls back to.
       const config::KeyDef* primary = config::FindKey(node_keys.front().name);
-      std::string v(primary ? primary->default_value : def.default_value);
-      if (!value) value = v;
-      c.synonyms.push_back(
-          {std::string(node_keys.front().name), Masked(sensitive, v), ConfigSource::kDefault});
+      if (!value) value = std::string(primary ? primary->default_value : def.default_value);
+      // Kafka lists the default of every form that has one, then drops the entries before
+      // the most specific form's first one: with only log.retention.hours set, retention.ms
+      // has no synonyms (its value is still the hours'), as in Kafka.
+      for (const config::NodeSynonym& s : node_keys) {
+        const config::KeyDef* form = config::FindKey(s.name);
+        if (form == nullptr || config::KafkaDefaultIsNull(s.name)) continue;
+        broker.push_back({std::string(s.name), Masked(sensitive, std::string(form->default_value)),
+                          ConfigSource::kDefault});
+      }
+      const std::string_view primary_name = node_keys.front().name;
+      broker.erase(broker.begin(),
+                   std::find_if(broker.begin(), broker.end(),
+                                [&](const ConfigSynonym& s) { return s.name == primary_name; }));
+    } else if (std::string_view b = config::UndeclaredBrokerSynonym(name); !b.empty()) {
+      broker.push_back({std::string(b), Masked(sensitive, std::string(def.default_value)),
+                        ConfigSource::kDefault});
     }
+    c.synonyms.insert(c.synonyms.end(), broker.begin(), broker.end());
     if (!c.synonyms.empty() && c.synonyms.front().source == ConfigSource::kTopic) {
       value = topic.configs.at(name);
     }

@@ -44,7 +44,10 @@ CreateTopicsResponse FromController(const ctl::CreateTopicsResponse& in) {
     r.name = t.name();
     r.topic_id = UuidFromBytes(t.topic_id());
     r.error_code = protocol::ErrorFromWire(t.error_code());
-    if (t.has_error_message()) r.error_message = t.error_message();
+    // A created topic has a null message in Kafka.
+    if (t.has_error_message() && r.error_code != ErrorCode::kNone) {
+      r.error_message = t.error_message();
+    }
     r.num_partitions = t.num_partitions();
     r.replication_factor = static_cast<int16_t>(t.replication_factor());
     std::vector<CreateTopicsResponse::CreatableTopicConfigs> configs;

@@ -75,7 +75,7 @@ void HandleDescribeConfigs(BrokerContext& broker, std::unique_ptr<RequestContext
     DescribeConfigsResponse::DescribeConfigsResult out;
     out.resource_type = res.resource_type;
     out.resource_name = res.resource_name;
-    out.error_message = std::nullopt;
+    out.error_message = "";  // Kafka 4.4 answers a described resource with "", not null
     auto fail = [&out](ErrorCode code, std::optional<std::string> message) {
       out.error_code = code;
       out.error_message = std::move(message);

@@ -129,6 +129,9 @@ std::vector<KeyDef> Declare() {
        "inert, so Runnel checks every second."},
       {"log.flush.offset.checkpoint.interval.ms", KeyType::kInt, "60000", 0, INT32_MAX,
        "How often the recovery points (offsets known flushed) are written to disk."},
+      {"min.insync.replicas", KeyType::kInt, "1", 1, INT32_MAX,
+       "Fewest in-sync replicas for an acks=all produce (topic: min.insync.replicas); a new "
+       "cluster stores it as its cluster-wide dynamic default, as Kafka's format does."},
       {"message.max.bytes", KeyType::kInt, "1048588", 0, INT32_MAX,
        "Largest record batch size allowed (topic: max.message.bytes)."},
       {"log.message.timestamp.type", KeyType::kString, "CreateTime", 0, 0,
@@ -136,7 +139,7 @@ std::vector<KeyDef> Declare() {
       {"log.message.timestamp.before.max.ms", KeyType::kLong, "9223372036854775807", 0, kLongMax,
        "How far in the past a CreateTime timestamp may be (topic: "
        "message.timestamp.before.max.ms)."},
-      {"log.message.timestamp.after.max.ms", KeyType::kLong, "9223372036854775807", 0, kLongMax,
+      {"log.message.timestamp.after.max.ms", KeyType::kLong, "3600000", 0, kLongMax,
        "How far in the future a CreateTime timestamp may be (topic: "
        "message.timestamp.after.max.ms)."},
       {"log.cleaner.enable", KeyType::kBool, "true", 0, 0,

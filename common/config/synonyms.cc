@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <utility>
 
 namespace runnel::config {
 namespace {
@@ -30,6 +31,7 @@ std::vector<TopicSynonyms> Declare() {
       {"message.timestamp.type", {{"log.message.timestamp.type"}}},
       {"min.cleanable.dirty.ratio", {{"log.cleaner.min.cleanable.ratio"}}},
       {"min.compaction.lag.ms", {{"log.cleaner.min.compaction.lag.ms"}}},
+      {"min.insync.replicas", {{"min.insync.replicas"}}},
       {"preallocate", {{"log.preallocate"}}},
       {"retention.bytes", {{"log.retention.bytes"}}},
       {"retention.ms",
@@ -75,6 +77,32 @@ std::vector<std::string_view> NodeKeyGroup(std::string_view node_key) {
     out.push_back(node_key);
   }
   return out;
+}
+
+bool KafkaDefaultIsNull(std::string_view node_key) {
+  // Runnel gives these the default Kafka computes from their coarser forms.
+  return node_key == "log.retention.ms" || node_key == "log.retention.minutes" ||
+         node_key == "log.roll.ms" || node_key == "log.flush.interval.ms";
+}
+
+std::string_view UndeclaredBrokerSynonym(std::string_view topic_key) {
+  // Kafka 4.4's ServerTopicConfigSynonyms entries whose broker key Runnel does not declare.
+  static constexpr std::pair<std::string_view, std::string_view> kTable[] = {
+      {"compression.gzip.level", "compression.gzip.level"},
+      {"compression.lz4.level", "compression.lz4.level"},
+      {"compression.type", "compression.type"},
+      {"compression.zstd.level", "compression.zstd.level"},
+      {"local.retention.bytes", "log.local.retention.bytes"},
+      {"local.retention.ms", "log.local.retention.ms"},
+      {"max.decompressed.message.bytes", "max.decompressed.message.bytes"},
+      {"remote.copy.lag.bytes", "log.remote.copy.lag.bytes"},
+      {"remote.copy.lag.ms", "log.remote.copy.lag.ms"},
+      {"unclean.leader.election.enable", "unclean.leader.election.enable"},
+  };
+  for (const auto& [topic, broker] : kTable) {
+    if (topic == topic_key) return broker;
+  }
+  return "";
 }
 
 bool IsDynamicNodeKey(std::string_view name) { return FindByNodeKey(name) != nullptr; }

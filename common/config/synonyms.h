@@ -33,12 +33,21 @@ struct TopicSynonyms {
 };
 
 // Every topic config that has node synonyms in Runnel, sorted by topic key. Topic configs
-// missing here (min.insync.replicas, compression.type, ...) have no node key yet: their
-// default is the topic declaration's.
+// missing here (compression.type, ...) have no node key yet: their default is the topic
+// declaration's.
 const std::vector<TopicSynonyms>& AllTopicSynonyms();
 
 // The node synonyms of a topic config, most specific first; empty when it has none.
 std::span<const NodeSynonym> NodeSynonymsOf(std::string_view topic_key);
+
+// Whether Kafka declares `node_key` without a default (log.retention.ms, log.roll.ms, ...):
+// DescribeConfigs then lists no DEFAULT_CONFIG synonym for it.
+bool KafkaDefaultIsNull(std::string_view node_key);
+
+// The broker key that Kafka 4.4 lists as the DEFAULT_CONFIG synonym of a topic config that
+// has no node key in Runnel (compression.type, log.local.retention.ms, ...), with the topic
+// config's default as its value; "" when there is none.
+std::string_view UndeclaredBrokerSynonym(std::string_view topic_key);
 
 // The node keys that set the same thing as `node_key` (Kafka's brokerConfigSynonyms), most
 // specific first, e.g. log.retention.ms, log.retention.minutes, log.retention.hours for any of

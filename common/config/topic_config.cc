@@ -1,13 +1,98 @@
 #include "common/config/topic_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <optional>
 
 namespace runnel::config {
 namespace {
 
 constexpr int64_t kLongMax = INT64_MAX;
+
+// Kafka's answer when a topic asks for tiered storage and the broker has it off (Runnel has
+// no tiered storage, so always).
+constexpr std::string_view kTieredStorageDisabled =
+    "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with "
+    "remote log storage.";
+
+std::string_view TrimSpaces(std::string_view v) {
+  while (!v.empty() && std::isspace(static_cast<unsigned char>(v.front()))) v.remove_prefix(1);
+  while (!v.empty() && std::isspace(static_cast<unsigned char>(v.back()))) v.remove_suffix(1);
+  return v;
+}
+
+// A whole number as Kafka's ConfigDef parses one (surrounding spaces and a leading '+' are
+// allowed), within the type's range.
+std::optional<int64_t> ParseKafkaInteger(std::string_view v, KeyType type) {
+  v = TrimSpaces(v);
+  if (v.size() > 1 && v.front() == '+' && v[1] != '-') v.remove_prefix(1);
+  int64_t n = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size()) return std::nullopt;
+  if (type == KeyType::kInt && (n < INT32_MIN || n > INT32_MAX)) return std::nullopt;
+  return n;
+}
+
+std::optional<bool> ParseKafkaBool(std::string_view v) {
+  v = TrimSpaces(v);
+  auto is = [&](std::string_view word) {
+    return v.size() == word.size() &&
+           std::equal(v.begin(), v.end(), word.begin(), [](char a, char b) {
+             return std::tolower(static_cast<unsigned char>(a)) == b;
+           });
+  };
+  if (is("true")) return true;
+  if (is("false")) return false;
+  return std::nullopt;
+}
+
+// Why `value` is not a valid value of topic config `def`, in Kafka's words ("" when valid).
+// Unlike CheckValue (node keys), this is what a client reads in a CreateTopics or
+// AlterConfigs answer, so it says what Kafka's ConfigDef says.
+std::string TopicValueError(const KeyDef& def, std::string_view value) {
+  switch (def.type) {
+    case KeyType::kInt:
+    case KeyType::kLong: {
+      std::optional<int64_t> n = ParseKafkaInteger(value, def.type);
+      if (!n)
+        return def.type == KeyType::kInt ? "Not a number of type INT" : "Not a number of type LONG";
+      if (*n < def.min) return fmt::format("Value must be at least {}", def.min);
+      if (*n > def.max) return fmt::format("Value must be no more than {}", def.max);
+      break;
+    }
+    case KeyType::kBool:
+      if (!ParseKafkaBool(value)) return "Expected value to be either true or false";
+      break;
+    case KeyType::kPath:
+    case KeyType::kString:
+    case KeyType::kList:
+      break;
+  }
+  if (def.validate == &ValidateRatio) {
+    // A Kafka DOUBLE in [0, 1].
+    std::string text(TrimSpaces(value));
+    char* end = nullptr;
+    double d = text.empty() ? 0 : std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size()) return "Not a number of type DOUBLE";
+    if (d < 0) return "Value must be at least 0";
+    if (d > 1) return "Value must be no more than 1";
+    return "";
+  }
+  if (def.validate != nullptr) return def.validate(value);
+  return "";
+}
+
+// gzip's levels: 1 to 9, or -1 for zlib's default.
+std::string ValidateGzipLevel(std::string_view v) {
+  std::optional<int64_t> n = ParseKafkaInteger(v, KeyType::kInt);
+  if (n && (*n == -1 || (*n >= 1 && *n <= 9))) return "";
+  return "Value must be between 1 and 9 or equal to -1";
+}
 
 std::string ValidateCompressionType(std::string_view v) {
   return OneOf(v, {"uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"});
@@ -37,12 +122,22 @@ std::vector<KeyDef> Declare() {
       {"cleanup.policy", KeyType::kList, "delete", 0, 0,
        "delete (by retention), compact (keep the last value per key) or both.", false,
        ValidateCleanupPolicy},
+      {"compression.gzip.level", KeyType::kInt, "-1", INT32_MIN, INT32_MAX,
+       "gzip level of batches the broker compresses when compression.type is gzip: 1 to 9, "
+       "or -1 for zlib's default.",
+       false, ValidateGzipLevel},
+      {"compression.lz4.level", KeyType::kInt, "9", 1, 17,
+       "lz4 level of batches the broker compresses when compression.type is lz4."},
+      {"compression.zstd.level", KeyType::kInt, "3", -131072, 22,
+       "zstd level of batches the broker compresses when compression.type is zstd."},
       {"compression.type", KeyType::kString, "producer", 0, 0,
        "Compression of stored batches: uncompressed, zstd, lz4, snappy, gzip, or producer "
        "(keep the producer's).",
        false, ValidateCompressionType},
       {"delete.retention.ms", KeyType::kLong, "86400000", 0, kLongMax,
        "How long delete tombstones are kept in a compacted topic."},
+      {"errors.deadletterqueue.group.enable", KeyType::kBool, "false", 0, 0,
+       "Whether share groups may use this topic as their dead-letter queue."},
       {"file.delete.delay.ms", KeyType::kLong, "60000", 0, kLongMax,
        "Time to wait before deleting a file from the filesystem."},
       {"flush.messages", KeyType::kLong, "9223372036854775807", 1, kLongMax,
@@ -63,11 +158,11 @@ std::vector<KeyDef> Declare() {
        "Local time kept when tiered storage is on; -2 = retention.ms."},
       {"max.compaction.lag.ms", KeyType::kLong, "9223372036854775807", 1, kLongMax,
        "Longest time a message stays ineligible for compaction."},
+      {"max.decompressed.message.bytes", KeyType::kInt, "2147483639", 1, INT32_MAX,
+       "Largest size a record batch may have once decompressed."},
       {"max.message.bytes", KeyType::kInt, "1048588", 0, INT32_MAX,
        "Largest record batch size allowed."},
-      {"message.downconversion.enable", KeyType::kBool, "true", 0, 0,
-       "Whether old-format consumers get down-converted batches."},
-      {"message.timestamp.after.max.ms", KeyType::kLong, "9223372036854775807", 0, kLongMax,
+      {"message.timestamp.after.max.ms", KeyType::kLong, "3600000", 0, kLongMax,
        "How far in the future a CreateTime timestamp may be."},
       {"message.timestamp.before.max.ms", KeyType::kLong, "9223372036854775807", 0, kLongMax,
        "How far in the past a CreateTime timestamp may be."},
@@ -82,7 +177,16 @@ std::vector<KeyDef> Declare() {
       {"min.insync.replicas", KeyType::kInt, "1", 1, INT32_MAX,
        "Fewest in-sync replicas for an acks=all produce to succeed."},
       {"preallocate", KeyType::kBool, "false", 0, 0, "Preallocate the file of a new segment."},
-      {"remote.storage.enable", KeyType::kBool, "false", 0, 0, "Tiered storage for this topic."},
+      {"remote.copy.lag.bytes", KeyType::kLong, "-1", -1, kLongMax,
+       "Bytes a segment may wait before tiered storage copies it; -1 = no limit."},
+      {"remote.copy.lag.ms", KeyType::kLong, "0", -1, kLongMax,
+       "Time a rolled segment may wait before tiered storage copies it; -1 = no limit."},
+      {"remote.log.copy.disable", KeyType::kBool, "false", 0, 0,
+       "Stop copying segments to tiered storage (remote reads go on)."},
+      {"remote.log.delete.on.disable", KeyType::kBool, "false", 0, 0,
+       "Delete the topic's tiered data when tiered storage is turned off for it."},
+      {"remote.storage.enable", KeyType::kBool, "false", 0, 0,
+       "Tiered storage for this topic; Runnel has none, so true is refused."},
       {"retention.bytes", KeyType::kLong, "-1", INT64_MIN, kLongMax,
        "Largest size of a partition before old segments are deleted; -1 = no limit."},
       {"retention.ms", KeyType::kLong, "604800000", -1, kLongMax,
@@ -123,10 +227,32 @@ Status ValidateTopicConfigs(const std::map<std::string, std::string>& configs) {
     if (def == nullptr) {
       return absl::InvalidArgumentError(fmt::format("Unknown topic config name: {}", key));
     }
-    if (std::string why = CheckValue(*def, value); !why.empty()) {
+    if (def->validate == &ValidateCleanupPolicy && !SplitList(value).empty()) {
+      // Kafka checks each item and names the bad one; a repeated item is allowed.
+      for (const std::string& item : SplitList(value)) {
+        if (item != "compact" && item != "delete") {
+          return absl::InvalidArgumentError(
+              fmt::format("Invalid value {} for configuration {}: String must be one of: "
+                          "compact, delete",
+                          item, key));
+        }
+      }
+      continue;
+    }
+    if (std::string why = TopicValueError(*def, value); !why.empty()) {
+      if (def->validate == &ValidateThrottledReplicas) {
+        // Kafka shows the parsed list and names the key again in the reason.
+        return absl::InvalidArgumentError(
+            fmt::format("Invalid value [{}] for configuration {}: {} {}",
+                        fmt::join(SplitList(value), ", "), key, key, why));
+      }
       return absl::InvalidArgumentError(
           fmt::format("Invalid value {} for configuration {}: {}", value, key, why));
     }
+  }
+  if (auto it = configs.find("remote.storage.enable");
+      it != configs.end() && ParseKafkaBool(it->second) == true) {
+    return absl::InvalidArgumentError(std::string(kTieredStorageDisabled));
   }
   return absl::OkStatus();
 }

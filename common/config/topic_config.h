@@ -19,9 +19,12 @@ const std::vector<KeyDef>& AllTopicKeys();
 const KeyDef* FindTopicKey(std::string_view name);
 
 // Checks explicit topic configs (name -> value). The first bad one gives an
-// InvalidArgument status with Kafka's wording, naming the key:
-//   "Unknown topic config name: <key>"
-//   "Invalid value <value> for configuration <key>: <why>"
+// InvalidArgument status with Kafka 4.4's wording, naming the key:
+//   "Unknown topic config name: <key>"   (also for keys Kafka removed, e.g.
+//                                         message.downconversion.enable)
+//   "Invalid value <value> for configuration <key>: <why>"   (<why> as Kafka's ConfigDef
+//                                         says it: "Value must be at least 1", ...)
+// remote.storage.enable=true is refused as Kafka refuses it on a broker without tiered storage.
 Status ValidateTopicConfigs(const std::map<std::string, std::string>& configs);
 
 // Every topic config with its effective value: the explicit one when given, else the default.

@@ -28,7 +28,7 @@ struct LogConfig {
   record::TimestampType timestamp_type =
       record::TimestampType::kCreateTime;       // message.timestamp.type
   int64_t timestamp_before_max_ms = INT64_MAX;  // message.timestamp.before.max.ms
-  int64_t timestamp_after_max_ms = INT64_MAX;   // message.timestamp.after.max.ms
+  int64_t timestamp_after_max_ms = 3600000;     // message.timestamp.after.max.ms
   int64_t delete_retention_ms = 86400000;       // delete.retention.ms
   int64_t min_compaction_lag_ms = 0;            // min.compaction.lag.ms
   int64_t max_compaction_lag_ms = INT64_MAX;    // max.compaction.lag.ms

@@ -135,17 +135,38 @@ class ConfigsTest(TargetTestCase):
         self.assertEqual(configs["cleanup.policy"][0], "delete")
         self.assertEqual(configs["retention.ms"][0], "604800000")
 
-    @runnel_gap("Runnel's topic configs are Kafka 3.x's: it lists message.downconversion.enable "
-                "(gone in Kafka 4.0) and lacks compression.{gzip,lz4,zstd}.level, "
-                "errors.deadletterqueue.group.enable, max.decompressed.message.bytes, "
-                "remote.copy.lag.{bytes,ms}, remote.log.{copy.disable,delete.on.disable}; "
-                "message.timestamp.after.max.ms defaults to Long.MAX_VALUE, not 3600000")
     def test_describe_all_is_kafka_44s_config_set(self):
         t = self.topic()
         self.tool("kafka-topics", "--create", "--topic", t, "--partitions", "1")
         _, configs = self.describe(t, "--all")
         self.assertEqual(set(configs), set(KAFKA_44_TOPIC_CONFIGS))
         self.assertEqual(configs["message.timestamp.after.max.ms"][0], "3600000")  # KIP-1030
+        # The cluster-wide default that formatting a new cluster writes.
+        self.assertEqual(configs["min.insync.replicas"],
+                         ("1", "DYNAMIC_DEFAULT_BROKER_CONFIG:min.insync.replicas=1, "
+                               "DEFAULT_CONFIG:min.insync.replicas=1"))
+
+    def test_kafka_4_validation(self):
+        t = self.topic()
+        self.tool("kafka-topics", "--create", "--topic", t, "--partitions", "1")
+        for config, message in [
+                ("message.downconversion.enable=true",
+                 "Unknown topic config name: message.downconversion.enable"),
+                ("compression.lz4.level=18", "Invalid value 18 for configuration "
+                 "compression.lz4.level: Value must be no more than 17"),
+                ("compression.gzip.level=0", "Invalid value 0 for configuration "
+                 "compression.gzip.level: Value must be between 1 and 9 or equal to -1"),
+                ("remote.storage.enable=true", "Tiered Storage functionality is disabled in the "
+                 "broker. Topic cannot be configured with remote log storage.")]:
+            bad = self.tool("kafka-configs", "--entity-type", "topics", "--entity-name", t,
+                            "--alter", "--add-config", config, check=False)
+            self.assertNotEqual(bad.returncode, 0, config)
+            self.assertIn(message, bad.stdout + bad.stderr)
+        self.tool("kafka-configs", "--entity-type", "topics", "--entity-name", t, "--alter",
+                  "--add-config", "compression.zstd.level=-5,remote.log.copy.disable=true")
+        _, configs = self.describe(t)
+        self.assertEqual(configs["compression.zstd.level"][0], "-5")
+        self.assertEqual(configs["remote.log.copy.disable"][0], "true")
 
     def test_bad_value_is_refused(self):
         t = self.topic()

@@ -27,7 +27,7 @@ TEST(LogConfigTest, NodeDefaultsAreKafkas) {
   EXPECT_EQ(c.max_message_bytes, 1048588);
   EXPECT_EQ(c.timestamp_type, record::TimestampType::kCreateTime);
   EXPECT_EQ(c.timestamp_before_max_ms, INT64_MAX);
-  EXPECT_EQ(c.timestamp_after_max_ms, INT64_MAX);
+  EXPECT_EQ(c.timestamp_after_max_ms, 3600000);  // Kafka 4 (KIP-1030)
   EXPECT_EQ(c.delete_retention_ms, 86400000);
   EXPECT_EQ(c.min_compaction_lag_ms, 0);
   EXPECT_EQ(c.max_compaction_lag_ms, INT64_MAX);
