@@ -501,8 +501,9 @@ class Bench:
               f"the per-round ratios (each round runs both back to back), with their range.")
 
     def print_rows(self, rows, subject, ref, apply_goals=True, width=34):
-        """One line per (name, metric, unit, better, goal) row, with a header when `header`;
-        a goal is ">= X" or "<= X" on the ratio subject/ref. Returns the rows as dicts."""
+        """A header, then one line per (name, metric, unit, better, goal) row (a row whose
+        metric is None is a section title); a goal is ">= X" or "<= X" on the ratio
+        subject/ref. Returns the rows as dicts."""
         table = []
         header = (f"{'case':{width}s} {'unit':6s} {subject:>10s} {ref:>10s} {'ratio':>6s} "
                   f"{'range':>11s}  {'better':6s} {'target':7s} met")
@@ -520,7 +521,8 @@ class Bench:
                 ok = ratio >= bound if goal.startswith(">=") else ratio <= bound
                 met = "yes" if ok else "NO"
             fmt = (lambda v: "n/a" if v is None else
-                   (f"{v:.0f}" if unit in ("rec/s", "%") else f"{v:.3f}" if unit == "ms" else f"{v:.2f}"))
+                   (f"{v:.0f}" if unit in ("rec/s", "%") else
+                    f"{v:.3f}" if unit == "ms" else f"{v:.2f}"))
             ratio_text = "n/a" if ratio is None else f"{ratio:.2f}"
             spread_text = "" if spread is None else f"{spread[0]:.2f}-{spread[1]:.2f}"
             print(f"{name:{width}s} {unit:6s} {fmt(s):>10s} {fmt(r):>10s} {ratio_text:>6s} "
