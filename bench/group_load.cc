@@ -715,7 +715,6 @@ void Load::OnCommitDue(int32_t g, int64_t due) {
     part.partition_index = p;
     part.committed_offset = offset;
     part.committed_leader_epoch = -1;
-    part.commit_timestamp = -1;
     part.committed_metadata = "";
   }
   Send(g, req, v_.commit, measured);

@@ -960,6 +960,10 @@ void ConsumerGroup::Describe(protocol::ConsumerGroupDescribeResponse::DescribedG
     w.assignment = to_wire(m.assigned);
     auto t = target_.find(id);
     w.target_assignment = to_wire(t == target_.end() ? Assignment{} : t->second);
+    // KIP-1099's member type (v1+): 1, a consumer-protocol member. Every member here joined
+    // with ConsumerGroupHeartbeat (a classic member never joins a consumer group here; Kafka
+    // answers 0 for those).
+    w.member_type = 1;
     out->members.push_back(std::move(w));
   }
 }

@@ -9,16 +9,16 @@ using protocol::ApiKey;
 std::span<const ApiEntry> SupportedApis() {
   static const ApiEntry kApis[] = {
       {ApiKey::kProduce, 0, 11, &HandleProduce},
-      {ApiKey::kFetch, 4, 16, &HandleFetch},
-      {ApiKey::kListOffsets, 1, 8, &HandleListOffsets},
+      {ApiKey::kFetch, 4, 18, &HandleFetch},
+      {ApiKey::kListOffsets, 1, 11, &HandleListOffsets},
       {ApiKey::kDeleteRecords, 0, 2, &HandleDeleteRecords},
-      {ApiKey::kDescribeLogDirs, 1, 4, &HandleDescribeLogDirs},
+      {ApiKey::kDescribeLogDirs, 1, 5, &HandleDescribeLogDirs},
       {ApiKey::kOffsetForLeaderEpoch, 2, 4, &HandleOffsetForLeaderEpoch},
-      {ApiKey::kMetadata, 0, 12, &HandleMetadata},
-      {ApiKey::kApiVersions, 0, 4, &HandleApiVersions},
+      {ApiKey::kMetadata, 0, 13, &HandleMetadata},
+      {ApiKey::kApiVersions, 0, 5, &HandleApiVersions},
       {ApiKey::kCreateTopics, 2, 7, &HandleCreateTopics},
       {ApiKey::kDeleteTopics, 1, 6, &HandleDeleteTopics},
-      {ApiKey::kDescribeCluster, 0, 1, &HandleDescribeCluster},
+      {ApiKey::kDescribeCluster, 0, 2, &HandleDescribeCluster},
       {ApiKey::kDescribeQuorum, 0, 2, &HandleDescribeQuorum},
       {ApiKey::kDescribeTopicPartitions, 0, 0, &HandleDescribeTopicPartitions},
       {ApiKey::kCreatePartitions, 0, 3, &HandleCreatePartitions},
@@ -26,14 +26,14 @@ std::span<const ApiEntry> SupportedApis() {
       {ApiKey::kAlterConfigs, 0, 2, &HandleAlterConfigs},
       {ApiKey::kIncrementalAlterConfigs, 0, 1, &HandleIncrementalAlterConfigs},
       {ApiKey::kFindCoordinator, 0, 6, &HandleFindCoordinator},
-      {ApiKey::kOffsetCommit, 2, 9, &HandleOffsetCommit},
-      {ApiKey::kOffsetFetch, 1, 9, &HandleOffsetFetch},
+      {ApiKey::kOffsetCommit, 2, 10, &HandleOffsetCommit},
+      {ApiKey::kOffsetFetch, 1, 10, &HandleOffsetFetch},
       {ApiKey::kOffsetDelete, 0, 0, &HandleOffsetDelete},
       {ApiKey::kListGroups, 0, 5, &HandleListGroups},
-      {ApiKey::kDescribeGroups, 0, 5, &HandleDescribeGroups},
-      {ApiKey::kDeleteGroups, 0, 2, &HandleDeleteGroups},
+      {ApiKey::kDescribeGroups, 0, 6, &HandleDescribeGroups},
+      {ApiKey::kDeleteGroups, 0, 3, &HandleDeleteGroups},
       {ApiKey::kConsumerGroupHeartbeat, 0, 1, &HandleConsumerGroupHeartbeat},
-      {ApiKey::kConsumerGroupDescribe, 0, 0, &HandleConsumerGroupDescribe},
+      {ApiKey::kConsumerGroupDescribe, 0, 1, &HandleConsumerGroupDescribe},
       {ApiKey::kJoinGroup, 0, 9, &HandleJoinGroup},
       {ApiKey::kSyncGroup, 0, 5, &HandleSyncGroup},
       {ApiKey::kHeartbeat, 0, 4, &HandleHeartbeat},
@@ -50,12 +50,12 @@ const ApiEntry* FindSupportedApi(int16_t api_key) {
 }
 
 std::vector<BrokerAddress> BrokersOnListener(const MetadataCache& cache,
-                                             const std::string& listener) {
+                                             const std::string& listener, bool include_fenced) {
   std::vector<BrokerAddress> out;
   for (const auto& [id, b] : cache.brokers()) {
-    if (b.fenced) continue;
+    if (b.fenced && !include_fenced) continue;
     for (const auto& ep : b.endpoints) {
-      if (ep.name() == listener) out.push_back({b.id, ep.host(), ep.port(), b.rack});
+      if (ep.name() == listener) out.push_back({b.id, ep.host(), ep.port(), b.rack, b.fenced});
     }
   }
   return out;

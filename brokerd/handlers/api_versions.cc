@@ -1,4 +1,7 @@
-// ApiVersions (key 18), v0-v4.
+// ApiVersions (key 18), v0-v5. Checks in Kafka's order: ClientSoftwareName/Version (v3+)
+// must match Kafka's pattern (INVALID_REQUEST); from v5 (KIP-1242) a client that names the
+// cluster id it expects (non-null) gets REBOOTSTRAP_REQUIRED unless both it and the node id
+// it names are this broker's. Either error answers with no API list, as Kafka.
 #include <regex>
 
 #include "brokerd/handlers/handler.h"
@@ -9,6 +12,8 @@ namespace {
 using protocol::ApiVersionsRequest;
 using protocol::ApiVersionsResponse;
 using protocol::ErrorCode;
+
+constexpr int16_t kFirstClusterCheckVersion = 5;
 
 void FillApiKeys(ApiVersionsResponse& resp) {
   for (const ApiEntry& e : SupportedApis()) {
@@ -35,7 +40,8 @@ Response UnsupportedApiVersionsResponse(const RequestContext& ctx) {
   return EncodeResponseAt(ctx, resp, 0);
 }
 
-void HandleApiVersions(BrokerContext&, std::unique_ptr<RequestContext> ctx, Respond respond) {
+void HandleApiVersions(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
+                       Respond respond) {
   ApiVersionsRequest req;
   if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
 
@@ -43,6 +49,11 @@ void HandleApiVersions(BrokerContext&, std::unique_ptr<RequestContext> ctx, Resp
   if (ctx->header.api_version >= 3 && (!ValidSoftwareField(req.client_software_name) ||
                                        !ValidSoftwareField(req.client_software_version))) {
     resp.error_code = ErrorCode::kInvalidRequest;
+    return respond(EncodeResponse(*ctx, resp));
+  }
+  if (ctx->header.api_version >= kFirstClusterCheckVersion && req.cluster_id.has_value() &&
+      (*req.cluster_id != broker.metadata.cluster_id() || req.node_id != broker.node_id)) {
+    resp.error_code = ErrorCode::kRebootstrapRequired;
     return respond(EncodeResponse(*ctx, resp));
   }
   FillApiKeys(resp);

@@ -1,5 +1,5 @@
-// ConsumerGroupDescribe (key 69), v0: KIP-848 groups with their members, assignments and
-// target assignments.
+// ConsumerGroupDescribe (key 69), v0-v1: KIP-848 groups with their members, assignments and
+// target assignments; v1 adds each member's type (KIP-1099: 1, a consumer-protocol member).
 #include <memory>
 #include <string>
 

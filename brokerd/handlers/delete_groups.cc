@@ -1,8 +1,10 @@
-// DeleteGroups (key 42), v0-v2: removes groups without members, with their offsets, by
+// DeleteGroups (key 42), v0-v3: removes groups without members, with their offsets, by
 // writing tombstones for every offset and for the group.
 //
 // As Kafka: a group with members is NON_EMPTY_GROUP; one that does not exist is
-// GROUP_ID_NOT_FOUND; routing and write errors are per group.
+// GROUP_ID_NOT_FOUND; routing and write errors are per group. v3 adds a per-group
+// ErrorMessage (KIP-1043), which Kafka 4.4 fills only for a streams group's topology errors:
+// it stays null here, as Kafka leaves it for every error Runnel can give.
 #include "brokerd/group/coordinator.h"
 #include "brokerd/handlers/handler.h"
 

@@ -1,4 +1,6 @@
-// DescribeCluster (key 60), v0-v1: answered from the local metadata cache.
+// DescribeCluster (key 60), v0-v2: answered from the local metadata cache. The brokers are
+// the unfenced ones; v2's IncludeFencedBrokers (KIP-1073) adds the fenced ones, marked
+// IsFenced, as Kafka does. The controller id is chosen among the unfenced ones.
 #include "brokerd/handlers/handler.h"
 
 namespace runnel::brokerd {
@@ -27,12 +29,16 @@ void HandleDescribeCluster(BrokerContext& broker, std::unique_ptr<RequestContext
   resp.cluster_id = broker.metadata.cluster_id();
   std::vector<BrokerAddress> brokers = BrokersOnListener(broker.metadata, ctx->listener);
   resp.controller_id = NodeId(ControllerIdForClients(broker.metadata, brokers, broker.node_id));
+  if (req.include_fenced_brokers) {
+    brokers = BrokersOnListener(broker.metadata, ctx->listener, /*include_fenced=*/true);
+  }
   for (BrokerAddress& b : brokers) {
     DescribeClusterResponse::DescribeClusterBroker out;
     out.broker_id = NodeId(b.id);
     out.host = std::move(b.host);
     out.port = b.port;
     out.rack = std::move(b.rack);
+    out.is_fenced = b.fenced;
     resp.brokers.push_back(std::move(out));
   }
   if (req.include_cluster_authorized_operations) {

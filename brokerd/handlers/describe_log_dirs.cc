@@ -1,7 +1,8 @@
-// DescribeLogDirs (key 35), v1-v4 (v0 is not served, as in Kafka 4): every log directory
+// DescribeLogDirs (key 35), v1-v5 (v0 is not served, as in Kafka 4): every log directory
 // of this node, with the partitions asked (null topics: all) that it holds, their size,
 // offset lag 0 and is_future false (no replica moves between directories yet), and from v4
-// the file system's total and usable bytes.
+// the file system's total and usable bytes; v5's IsCordoned (KIP-1066, a directory taking no
+// new partitions) is false: directories are never cordoned here.
 //
 // Two storaged calls run side by side: DescribeLogDirs for the directories, and
 // GetPartitionStates for the partitions' sizes and directories (a partition directory's

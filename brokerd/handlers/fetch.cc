@@ -1,5 +1,7 @@
-// Fetch (key 1), v4-v16 for consumers: record batches as file ranges of storaged's segment
+// Fetch (key 1), v4-v18 for consumers: record batches as file ranges of storaged's segment
 // files, written to the socket with sendfile (no record byte is copied through brokerd).
+// v17 (a follower's directory id, KIP-853) and v18 (a follower's high watermark, KIP-1166)
+// add fields only a replicating follower sets; with no replication they are read and unused.
 //
 // A fetch that finds less than min_bytes waits, without polling, for a change of one of its
 // partitions (PartitionView, fed by storaged's watch stream and moved ahead by the answers

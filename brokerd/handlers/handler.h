@@ -117,16 +117,19 @@ constexpr int32_t kAllTopicOperations =
 constexpr int32_t kAllClusterOperations =
     (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
 
-// A live broker as clients reach it through one listener.
+// A registered broker as clients reach it through one listener.
 struct BrokerAddress {
   int32_t id;
   std::string host;
   int32_t port;
   std::optional<std::string> rack;
+  bool fenced = false;
 };
-// Every unfenced broker's endpoint for the listener named `listener`, by broker id.
+// Every unfenced broker's endpoint for the listener named `listener`, by broker id; with
+// `include_fenced`, the fenced ones too (DescribeCluster v2's IncludeFencedBrokers).
 std::vector<BrokerAddress> BrokersOnListener(const MetadataCache& cache,
-                                             const std::string& listener);
+                                             const std::string& listener,
+                                             bool include_fenced = false);
 // The controller id Metadata and DescribeCluster give clients: the active controller when it
 // is one of `brokers` (a node with both roles), else this broker. Any broker takes the admin
 // requests a client sends to "the controller" and forwards them to the active one.

@@ -1,8 +1,12 @@
-// ListOffsets (key 2), v1-v8: per partition, the offset of a timestamp (the first record
+// ListOffsets (key 2), v1-v11: per partition, the offset of a timestamp (the first record
 // with a timestamp >= it; none: offset -1, timestamp -1) or of a special one: -1 latest,
 // -2 earliest, -3 max timestamp (v7+), -4 earliest local (v8+; the earliest here, with no
-// tiered storage). v0 (several offsets per partition) is not served, as in Kafka 4: every
-// client in use sends v1 or later.
+// tiered storage), -5 latest tiered (v9+, KIP-1005) and -6 earliest pending upload (v11+,
+// KIP-1023): with nothing tiered, storaged answers both offset -1, timestamp -1, leader epoch
+// -1, as Kafka does for a topic without remote storage. v10 adds TimeoutMs, which bounds
+// Kafka's wait for remote storage; there is none here, so it is read and not needed. v0
+// (several offsets per partition) is not served, as in Kafka 4: every client in use sends v1
+// or later.
 //
 // Checks per partition, in Kafka's order: a partition named twice in one request is
 // INVALID_REQUEST (every copy), then unknown topic or partition, no local copy, the current

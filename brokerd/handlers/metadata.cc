@@ -1,5 +1,6 @@
-// Metadata (key 3), v0-v12: answered from the local metadata cache; unknown topics are created
-// through the controller when the client and auto.create.topics.enable allow it.
+// Metadata (key 3), v0-v13: answered from the local metadata cache; unknown topics are created
+// through the controller when the client and auto.create.topics.enable allow it. v13's
+// top-level ErrorCode (KIP-1102: REBOOTSTRAP_REQUIRED) is 0, as Kafka 4.4 answers it.
 #include <set>
 
 #include "brokerd/handlers/handler.h"

@@ -1,5 +1,7 @@
-// OffsetCommit (key 8), v2-v9: a group's committed offsets, written to its partition of
-// __consumer_offsets and answered once durable.
+// OffsetCommit (key 8), v2-v10: a group's committed offsets, written to its partition of
+// __consumer_offsets and answered once durable. v10 (KIP-848) names topics by id instead of
+// by name, in the request and the answer; an id this broker does not know is UNKNOWN_TOPIC_ID
+// for every partition of the topic, as Kafka. Offsets are kept by topic name either way.
 //
 // As Kafka: partitions of unknown topics are UNKNOWN_TOPIC_OR_PARTITION (and never reach
 // the group); the group then checks the committer (generation/member for classic groups,
@@ -20,6 +22,7 @@ using protocol::OffsetCommitResponse;
 constexpr int16_t kFirstGroupIdNotFoundVersion = 9;
 constexpr int16_t kFirstLeaderEpochVersion = 6;
 constexpr int16_t kLastRetentionTimeVersion = 4;
+constexpr int16_t kFirstTopicIdVersion = 10;
 
 // Kafka's checks of the committer against the group (OffsetMetadataManager's
 // validateOffsetCommit): 0 or the group-level error.
@@ -60,14 +63,22 @@ void HandleOffsetCommit(BrokerContext& broker, std::unique_ptr<RequestContext> c
     size_t partition;
   };
   std::vector<Item> valid;
+  const bool by_id = version >= kFirstTopicIdVersion;
   for (size_t ti = 0; ti < req.topics.size(); ++ti) {
-    const auto& topic = req.topics[ti];
+    auto& topic = req.topics[ti];
     OffsetCommitResponse::OffsetCommitResponseTopic& out = resp->topics.emplace_back();
     out.name = topic.name;
-    const TopicInfo* info = broker.metadata.FindTopic(topic.name);
+    out.topic_id = topic.topic_id;
+    const TopicInfo* info = by_id ? broker.metadata.FindTopicById(topic.topic_id)
+                                  : broker.metadata.FindTopic(topic.name);
+    if (by_id && info != nullptr) topic.name = info->name;  // what the group keeps
     for (size_t pi = 0; pi < topic.partitions.size(); ++pi) {
       OffsetCommitResponse::OffsetCommitResponsePartition& p = out.partitions.emplace_back();
       p.partition_index = topic.partitions[pi].partition_index;
+      if (info == nullptr && by_id) {
+        p.error_code = ErrorCode::kUnknownTopicId;
+        continue;
+      }
       if (info == nullptr || info->partitions.count(p.partition_index) == 0) {
         p.error_code = ErrorCode::kUnknownTopicOrPartition;
         continue;

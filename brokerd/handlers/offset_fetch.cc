@@ -1,4 +1,4 @@
-// OffsetFetch (key 9), v1-v9: a group's committed offsets, from the coordinator's memory.
+// OffsetFetch (key 9), v1-v10: a group's committed offsets, from the coordinator's memory.
 //
 // One group (v1-v7) or many (v8+). Null topics (v2+) ask for every partition the group has
 // committed. A partition without a committed offset answers offset -1, empty metadata and
@@ -7,6 +7,9 @@
 // the client retries. v9 carries the member id and epoch, checked for KIP-848 groups.
 // Group-level errors (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, a stale member epoch):
 // per group in v8+, the top-level error in v2-v7, on every asked partition in v1.
+// v10 (KIP-848) names topics by id, in the request and the answer, as Kafka: an id this broker
+// does not know is UNKNOWN_TOPIC_ID on each asked partition; with null topics, the answer
+// leaves out a topic whose offsets outlive it (no id to give it).
 #include "brokerd/group/coordinator.h"
 #include "brokerd/handlers/handler.h"
 
@@ -19,6 +22,7 @@ using protocol::OffsetFetchResponse;
 
 constexpr int16_t kFirstTopLevelErrorVersion = 2;
 constexpr int16_t kFirstMultiGroupVersion = 8;
+constexpr int16_t kFirstTopicIdVersion = 10;
 
 struct PartitionResult {
   int32_t partition = 0;
@@ -29,13 +33,20 @@ struct PartitionResult {
 };
 struct TopicResult {
   std::string name;
+  protocol::Uuid id;
   std::vector<PartitionResult> partitions;
+};
+struct QueryTopic {
+  std::string name;
+  protocol::Uuid id;
+  std::vector<int32_t> partitions;
+  ErrorCode error = ErrorCode::kNone;  // UNKNOWN_TOPIC_ID: answered without the group
 };
 struct GroupQuery {
   std::string group_id;
   std::optional<std::string> member_id;
   int32_t member_epoch = -1;
-  std::optional<std::vector<std::pair<std::string, std::vector<int32_t>>>> topics;
+  std::optional<std::vector<QueryTopic>> topics;
 };
 struct GroupResult {
   ErrorCode error = ErrorCode::kNone;
@@ -60,7 +71,8 @@ PartitionResult Lookup(const group::GroupSlot* slot, const std::string& topic, i
   return r;
 }
 
-GroupResult FetchGroup(BrokerContext& broker, const GroupQuery& q, bool require_stable) {
+GroupResult FetchGroup(BrokerContext& broker, const GroupQuery& q, bool require_stable,
+                       bool by_id) {
   GroupResult result;
   group::Coordinator::Route route = broker.groups.RouteGroup(q.group_id);
   if (route.error != ErrorCode::kNone) {
@@ -83,17 +95,34 @@ GroupResult FetchGroup(BrokerContext& broker, const GroupQuery& q, bool require_
     }
   }
   if (q.topics.has_value()) {
-    for (const auto& [name, partitions] : *q.topics) {
+    for (const QueryTopic& qt : *q.topics) {
       TopicResult& t = result.topics.emplace_back();
-      t.name = name;
-      for (int32_t p : partitions) t.partitions.push_back(Lookup(slot, name, p, require_stable));
+      t.name = qt.name;
+      t.id = qt.id;
+      for (int32_t p : qt.partitions) {
+        if (qt.error != ErrorCode::kNone) {
+          PartitionResult& pr = t.partitions.emplace_back();
+          pr.partition = p;
+          pr.error = qt.error;
+          continue;
+        }
+        t.partitions.push_back(Lookup(slot, qt.name, p, require_stable));
+      }
     }
     return result;
   }
   if (slot == nullptr) return result;
+  bool skipping = false;  // the current topic has no id (v10): left out
   for (const auto& [tp, offset] : slot->offsets) {
     if (result.topics.empty() || result.topics.back().name != tp.first) {
-      result.topics.emplace_back().name = tp.first;
+      const TopicInfo* info = by_id ? broker.metadata.FindTopic(tp.first) : nullptr;
+      skipping = by_id && info == nullptr;
+      if (skipping) continue;
+      TopicResult& t = result.topics.emplace_back();
+      t.name = tp.first;
+      if (info != nullptr) t.id = info->id;
+    } else if (skipping) {
+      continue;
     }
     result.topics.back().partitions.push_back(Lookup(slot, tp.first, tp.second, require_stable));
   }
@@ -107,6 +136,7 @@ void AppendTopics(std::vector<TopicResult>& topics, std::vector<ResponseTopic>* 
   for (TopicResult& t : topics) {
     ResponseTopic& ot = out->emplace_back();
     ot.name = std::move(t.name);
+    if constexpr (requires { ot.topic_id; }) ot.topic_id = t.id;
     for (PartitionResult& p : t.partitions) {
       auto& op = ot.partitions.emplace_back();
       op.partition_index = p.partition;
@@ -126,13 +156,16 @@ void HandleOffsetFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ct
   if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
   const int16_t version = ctx->header.api_version;
 
+  const bool by_id = version >= kFirstTopicIdVersion;
   std::vector<GroupQuery> queries;
   if (version < kFirstMultiGroupVersion) {
     GroupQuery& q = queries.emplace_back();
     q.group_id = req.group_id;
     if (req.topics.has_value()) {
       q.topics.emplace();
-      for (const auto& t : *req.topics) q.topics->emplace_back(t.name, t.partition_indexes);
+      for (const auto& t : *req.topics) {
+        q.topics->push_back({t.name, protocol::Uuid(), t.partition_indexes});
+      }
     }
   } else {
     for (const auto& g : req.groups) {
@@ -142,14 +175,27 @@ void HandleOffsetFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ct
       q.member_epoch = g.member_epoch;
       if (g.topics.has_value()) {
         q.topics.emplace();
-        for (const auto& t : *g.topics) q.topics->emplace_back(t.name, t.partition_indexes);
+        for (const auto& t : *g.topics) {
+          QueryTopic& qt = q.topics->emplace_back();
+          qt.name = t.name;
+          qt.id = t.topic_id;
+          qt.partitions = t.partition_indexes;
+          if (!by_id) continue;
+          const TopicInfo* info = broker.metadata.FindTopicById(t.topic_id);
+          if (info == nullptr) {
+            qt.name.clear();
+            qt.error = ErrorCode::kUnknownTopicId;
+          } else {
+            qt.name = info->name;
+          }
+        }
       }
     }
   }
 
   OffsetFetchResponse resp;
   for (const GroupQuery& q : queries) {
-    GroupResult r = FetchGroup(broker, q, req.require_stable);
+    GroupResult r = FetchGroup(broker, q, req.require_stable, by_id);
     if (version >= kFirstMultiGroupVersion) {
       OffsetFetchResponse::OffsetFetchResponseGroup& g = resp.groups.emplace_back();
       g.group_id = q.group_id;
@@ -160,10 +206,10 @@ void HandleOffsetFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ct
     if (r.error != ErrorCode::kNone && version < kFirstTopLevelErrorVersion &&
         q.topics.has_value()) {
       // No top-level error before v2: the group's error goes on each asked partition.
-      for (const auto& [name, partitions] : *q.topics) {
+      for (const QueryTopic& qt : *q.topics) {
         TopicResult& t = r.topics.emplace_back();
-        t.name = name;
-        for (int32_t p : partitions) {
+        t.name = qt.name;
+        for (int32_t p : qt.partitions) {
           PartitionResult& pr = t.partitions.emplace_back();
           pr.partition = p;
           pr.error = r.error;

@@ -140,7 +140,9 @@ namespace runnel::protocol {
   X(kFencedStateEpoch, FENCED_STATE_EPOCH, 124, false)                                     \
   X(kInvalidVoterKey, INVALID_VOTER_KEY, 125, false)                                       \
   X(kDuplicateVoter, DUPLICATE_VOTER, 126, false)                                          \
-  X(kVoterNotFound, VOTER_NOT_FOUND, 127, false)
+  X(kVoterNotFound, VOTER_NOT_FOUND, 127, false)                                           \
+  X(kInvalidRegularExpression, INVALID_REGULAR_EXPRESSION, 128, false)                     \
+  X(kRebootstrapRequired, REBOOTSTRAP_REQUIRED, 129, false)
 
 enum class ErrorCode : int16_t {
 #define RUNNEL_ERROR_ENUM(e, name, code, retriable) e = (code),

@@ -7,7 +7,6 @@ namespace runnel::protocol {
 namespace {
 
 constexpr int16_t kApiVersionsKey = 18;
-constexpr int16_t kControlledShutdownKey = 7;
 
 absl::Status BadHeaderVersion(const char* which, int16_t v) {
   return absl::InvalidArgumentError(std::string(which) + " header version " + std::to_string(v) +
@@ -91,7 +90,6 @@ size_t ResponseHeader::Size(int16_t header_version) const {
 }
 
 int16_t RequestHeaderVersion(int16_t api_key, int16_t api_version) {
-  if (api_key == kControlledShutdownKey && api_version == 0) return 0;
   const ApiSchemaInfo* api = FindApiSchema(api_key);
   if (api == nullptr) return 1;
   const int16_t first = api->first_flexible_request;

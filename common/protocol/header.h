@@ -43,7 +43,8 @@ struct ResponseHeader {
 };
 
 // The request header version a client uses for `api_key` at `api_version`: 2 when that request
-// version is flexible, else 1; 0 for ControlledShutdown v0. Versions outside the schema's
+// version is flexible, else 1 (v0 was ControlledShutdown v0's, an API Kafka 4 removed, as it
+// is from the codec). Versions outside the schema's
 // range follow the same rule (flexible from the first flexible version on); an unknown key is
 // treated as non-flexible (1), which is enough to read its correlation id and client id.
 int16_t RequestHeaderVersion(int16_t api_key, int16_t api_version);

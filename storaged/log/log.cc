@@ -691,6 +691,9 @@ OffsetLookup Log::ListOffset(int64_t timestamp) const {
       return out;
     case kMaxTimestamp:
       return LookupMaxTimestamp();
+    case kLatestTieredTimestamp:
+    case kEarliestPendingUploadTimestamp:
+      return out;  // nothing is tiered: -1, -1, -1
     default:
       if (timestamp < 0) {
         out.error = ErrorCode::kInvalidRequest;

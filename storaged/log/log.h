@@ -81,6 +81,10 @@ inline constexpr int64_t kLatestTimestamp = -1;
 inline constexpr int64_t kEarliestTimestamp = -2;
 inline constexpr int64_t kMaxTimestamp = -3;
 inline constexpr int64_t kEarliestLocalTimestamp = -4;
+// The highest offset in tiered storage (KIP-1005) and the earliest one waiting for upload
+// (KIP-1023): with no tiered storage, Kafka answers both offset -1, timestamp -1, epoch -1.
+inline constexpr int64_t kLatestTieredTimestamp = -5;
+inline constexpr int64_t kEarliestPendingUploadTimestamp = -6;
 
 // Log-level state for notifications and the StorageService.
 struct LogState {

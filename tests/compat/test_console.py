@@ -101,11 +101,6 @@ class ConsoleTest(TargetTestCase):
         out = self.tool("kafka-get-offsets", "--topic-partitions", f"{t}:1").stdout
         self.assertEqual(offsets(out), {1: latest[1]})
 
-    @runnel_gap("Runnel serves ListOffsets up to v8; --time -5 (latest tiered offset, "
-                "KIP-1005) needs v9: the tool warns 'Broker 1 does not support MAX_TIMESTAMP "
-                "offset specs' and 'Skip getting offsets ... UnsupportedVersionException: The "
-                "node does not support LIST_OFFSETS with version in range [9,11]. The supported "
-                "range is [1,8].' on stderr")
     def test_get_offsets_earliest_local_and_latest_tiered(self):
         t = self.topic()
         self.tool("kafka-topics", "--create", "--topic", t, "--partitions", "1")

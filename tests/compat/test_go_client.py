@@ -70,9 +70,6 @@ class GoClientTest(ClientTestCase):
         self.assertGreaterEqual(produced["producer_id"], 0)
         self.assertEqual(produced["producer_epoch"], 0)
 
-    @runnel_gap("Runnel serves DescribeGroups up to v5; from v6 (KIP-1043) Kafka answers an "
-                "unknown group with GROUP_ID_NOT_FOUND, and kadm.DescribeGroups gives that "
-                "error; against Runnel the group is described as Dead with no members")
     def test_describe_unknown_group(self):
         g = self.topic("-group")
         d = self.go.ok("describe_groups", groups=[g])["groups"][g]

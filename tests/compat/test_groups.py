@@ -3,7 +3,7 @@ offsets and lag after a console consumer, offsets reset to the earliest, list an
 import subprocess
 import unittest
 
-from peers import KAFKA, TargetTestCase, runnel_gap, wait_until
+from peers import KAFKA, TargetTestCase, wait_until
 
 NOT_IDEMPOTENT = ("--command-property", "enable.idempotence=false")  # see test_console
 
@@ -123,9 +123,6 @@ class ConsumerGroupsTest(TargetTestCase):
         gone = self.tool("kafka-consumer-groups", "--describe", "--group", g, check=False)
         self.assertEqual(table(gone.stdout, "GROUP"), [])
 
-    @runnel_gap("Runnel serves DescribeGroups up to v5; from v6 (KIP-1043) Kafka answers an "
-                "unknown group with GROUP_ID_NOT_FOUND, and the tool prints "
-                "GroupIdNotFoundException instead of \"Consumer group 'g' does not exist.\"")
     def test_describe_unknown_group(self):
         g = self.topic("-group")
         out = self.tool("kafka-consumer-groups", "--describe", "--group", g, check=False)

@@ -270,10 +270,6 @@ class JavaClientTest(ClientTestCase):
         self.assertGreaterEqual(quorum["leader_epoch"], 1)
         self.assertEqual(quorum["observers"], [])
 
-    @runnel_gap("Runnel serves DescribeGroups up to v5; from v6 (KIP-1043) Kafka answers an "
-                "unknown group with GROUP_ID_NOT_FOUND, and Admin.describeConsumerGroups "
-                "fails with GroupIdNotFoundException; against Runnel it describes the group "
-                "as DEAD with no members")
     def test_describe_unknown_group(self):
         g = self.topic("-group")
         answer = self.java.ok("describe_groups", groups=[g])["groups"][g]

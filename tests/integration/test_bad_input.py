@@ -94,8 +94,8 @@ class BadInputTest(unittest.TestCase):
         for i in range(count):
             key, lo, hi = struct.unpack(">hhh", body[6 + 6 * i: 12 + 6 * i])
             apis[key] = (lo, hi)
-        self.assertEqual(apis[18], (0, 4))
-        self.assertEqual(apis[3], (0, 12))
+        self.assertEqual(apis[18], (0, 5))
+        self.assertEqual(apis[3], (0, 13))
         # The connection stays usable.
         self.metadata_roundtrip(s, 43)
         s.close()
@@ -108,6 +108,86 @@ class BadInputTest(unittest.TestCase):
         corr, resp = read_response(s)  # response header v0 even for v3
         self.assertEqual(corr, 8)
         self.assertEqual(struct.unpack(">h", resp[:2])[0], 0)
+        s.close()
+
+    def describe_cluster_v2(self, s, corr, include_fenced):
+        """DescribeCluster v2: (cluster id, [(broker id, host, port, is_fenced)])."""
+        send_request(s, 60, 2, corr, b"\x00\x01" + bytes([include_fenced]) + b"\x00",
+                     flexible=True)
+        rcorr, body = read_response(s)
+        self.assertEqual(rcorr, corr)
+        pos = 1 + 4  # response header tags, throttle_time_ms
+        (error_code,) = struct.unpack_from(">h", body, pos)
+        self.assertEqual(error_code, 0)
+        pos += 2 + 1 + 1  # error_message (null), endpoint_type
+        cluster_len = body[pos] - 1
+        cluster_id = body[pos + 1: pos + 1 + cluster_len].decode()
+        pos += 1 + cluster_len + 4  # controller id
+        brokers = []
+        count = body[pos] - 1
+        pos += 1
+        for _ in range(count):
+            (broker_id,) = struct.unpack_from(">i", body, pos)
+            pos += 4
+            host_len = body[pos] - 1
+            host = body[pos + 1: pos + 1 + host_len].decode()
+            pos += 1 + host_len
+            (port,) = struct.unpack_from(">i", body, pos)
+            pos += 4
+            self.assertEqual(body[pos], 0)  # rack: null
+            pos += 1
+            fenced = body[pos]
+            pos += 1
+            self.assertEqual(body[pos], 0)  # the broker's tagged fields
+            pos += 1
+            brokers.append((broker_id, host, port, fenced))
+        return cluster_id, brokers
+
+    def test_describe_cluster_v2(self):
+        # IncludeFencedBrokers (KIP-1073): the one broker is unfenced either way.
+        s = self.connect()
+        for corr, include_fenced in ((21, 0), (22, 1)):
+            _, brokers = self.describe_cluster_v2(s, corr, include_fenced)
+            self.assertEqual(brokers, [(1, "127.0.0.1", self.node.port, 0)])
+        s.close()
+
+    def api_versions_v5(self, s, corr, cluster_id, node_id):
+        """ApiVersions v5 naming `cluster_id` (None: null) and `node_id`: (error, api keys)."""
+        name, version = b"runnel-test", b"1.0"
+        body = bytes([len(name) + 1]) + name + bytes([len(version) + 1]) + version
+        if cluster_id is None:
+            body += b"\x00"
+        else:
+            body += bytes([len(cluster_id) + 1]) + cluster_id.encode()
+        body += struct.pack(">i", node_id) + b"\x00"
+        send_request(s, 18, 5, corr, body, flexible=True)
+        rcorr, resp = read_response(s)  # response header v0 even for v5
+        self.assertEqual(rcorr, corr)
+        (error_code,) = struct.unpack_from(">h", resp, 0)
+        keys = []
+        pos = 3
+        for _ in range(resp[2] - 1):
+            keys.append(struct.unpack_from(">hhh", resp, pos)[0])
+            pos += 7  # key, min, max, tagged fields
+        return error_code, keys
+
+    def test_api_versions_v5_checks_the_cluster(self):
+        # KIP-1242: a client naming the cluster it expects is told to rebootstrap (129,
+        # REBOOTSTRAP_REQUIRED, no API list) unless cluster id and node id are this broker's.
+        s = self.connect()
+        cluster_id, _ = self.describe_cluster_v2(s, 30, 0)
+        error, keys = self.api_versions_v5(s, 31, None, -1)
+        self.assertEqual(error, 0)
+        self.assertIn(18, keys)
+        error, keys = self.api_versions_v5(s, 32, cluster_id, 1)
+        self.assertEqual(error, 0)
+        self.assertIn(3, keys)
+        for corr, (cid, node) in enumerate([("AAAAAAAAAAAAAAAAAAAAAA", 1), (cluster_id, 2),
+                                            (cluster_id, -1)], start=33):
+            self.assertEqual(self.api_versions_v5(s, corr, cid, node), (129, []),
+                             f"{cid} / {node}")
+        # The connection stays usable.
+        self.metadata_roundtrip(s, 40)
         s.close()
 
     def test_describe_cluster(self):

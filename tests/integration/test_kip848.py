@@ -79,9 +79,9 @@ class Conn(Connection):
         assert r.done(), "bytes left in a ConsumerGroupHeartbeat answer"
         return out
 
-    def describe(self, groups):
+    def describe(self, groups, version=1):
         w = ApiWriter(True).array(groups, lambda w, g: w.string(g)).i8(0).tags()
-        r = self.call(CONSUMER_GROUP_DESCRIBE, 0, w)
+        r = self.call(CONSUMER_GROUP_DESCRIBE, version, w)
         r.i32()
 
         def assignment(r):
@@ -101,6 +101,8 @@ class Conn(Connection):
                  "topics": r.array(lambda r: r.string()), "regex": r.string()}
             m["assignment"] = assignment(r)
             m["target"] = assignment(r)
+            if version >= 1:
+                m["type"] = r.i8()  # KIP-1099: 1, a consumer-protocol member
             r.tags()
             return m
 
@@ -201,7 +203,7 @@ class Kip848Test(unittest.TestCase):
     def test_api_versions(self):
         v = self.conn.api_versions()
         self.assertEqual(v[CONSUMER_GROUP_HEARTBEAT], (0, 1))
-        self.assertEqual(v[CONSUMER_GROUP_DESCRIBE], (0, 0))
+        self.assertEqual(v[CONSUMER_GROUP_DESCRIBE], (0, 1))
 
     def test_three_members_converge_then_one_leaves(self):
         group = "kip848-group"
@@ -230,6 +232,10 @@ class Kip848Test(unittest.TestCase):
             self.assertEqual(dm["assignment"], dm["target"])
             self.assertEqual(len(dm["assignment"][TOPIC]), 2)
             self.assertTrue(dm["client_host"].startswith("/"))
+            self.assertEqual(dm["type"], 1)
+        [v0] = self.conn.describe([group], version=0)  # v0: the same without member types
+        self.assertEqual([m["member_id"] for m in v0["members"]],
+                         [m["member_id"] for m in d["members"]])
 
         gone = members.pop()
         a = gone.leave()

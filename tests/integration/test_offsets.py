@@ -39,12 +39,15 @@ LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
+LATEST_TIERED = -5  # KIP-1005, v9+
+EARLIEST_PENDING_UPLOAD = -6  # KIP-1023, v11+
 
 
 # ---- the APIs under test, by hand ---------------------------------------------------------
 
 class OffsetsConnection(Connection):
-    def list_offsets(self, version, partitions, isolation_level=0, replica_id=-1):
+    def list_offsets(self, version, partitions, isolation_level=0, replica_id=-1,
+                     timeout_ms=30000):
         """`partitions`: [(topic, partition, timestamp, current_leader_epoch)] in request order,
         one topic entry per item. Returns [(topic, partition, error, timestamp, offset,
         leader_epoch)] in answer order."""
@@ -64,6 +67,8 @@ class OffsetsConnection(Connection):
                 w.i64(ts).tags()
             w.array([()], part).tags()
         w.array(partitions, topic)
+        if version >= 10:
+            w.i32(timeout_ms)
         w.tags()
         r = self.call(LIST_OFFSETS, version, w)
         if version >= 2:
@@ -148,6 +153,8 @@ class OffsetsConnection(Connection):
             res["topics"] = dict(r.array(read_topic))
             if version >= 4:
                 res["total"], res["usable"] = r.i64(), r.i64()
+            if version >= 5:
+                res["cordoned"] = r.i8()
             r.tags()
             return res
         results = r.array(read_result)
@@ -318,9 +325,9 @@ class OffsetsTest(unittest.TestCase):
 
     def test_api_versions_advertise_what_is_served(self):
         v = self.conn.api_versions()
-        self.assertEqual(v[LIST_OFFSETS], (1, 8))
+        self.assertEqual(v[LIST_OFFSETS], (1, 11))
         self.assertEqual(v[DELETE_RECORDS], (0, 2))
-        self.assertEqual(v[DESCRIBE_LOG_DIRS], (1, 4))
+        self.assertEqual(v[DESCRIBE_LOG_DIRS], (1, 5))
         self.assertEqual(v[OFFSET_FOR_LEADER_EPOCH], (2, 4))
         # A version not advertised closes the connection, as Kafka does.
         with OffsetsConnection(self.target.bootstrap) as other, self.assertRaises(ConnectionError):
@@ -376,7 +383,7 @@ class OffsetsTest(unittest.TestCase):
         self.produce("lo-raw", [b, b + 500, b + 20, b + 30])
         epoch = self.leader_epoch("lo-raw")
         self.assertGreaterEqual(epoch, 0)
-        for version in range(1, 9):
+        for version in range(1, 12):
             with self.subTest(version=version):
                 # timestamp asked -> (timestamp, offset) answered
                 cases = {LATEST: (-1, 4), EARLIEST: (-1, 0), b + 10: (b + 500, 1),
@@ -385,6 +392,12 @@ class OffsetsTest(unittest.TestCase):
                     cases[MAX_TIMESTAMP] = (b + 500, 1)
                 if version >= 8:
                     cases[EARLIEST_LOCAL] = (-1, 0)
+                # Nothing is tiered: Kafka answers -1, -1 (leader epoch -1) for a topic
+                # without remote storage.
+                if version >= 9:
+                    cases[LATEST_TIERED] = (-1, -1)
+                if version >= 11:
+                    cases[EARLIEST_PENDING_UPLOAD] = (-1, -1)
                 for ts, (want_ts, want_offset) in cases.items():
                     # One partition once per request (a second copy would be refused), with
                     # the empty partition beside it.
@@ -521,7 +534,7 @@ class OffsetsTest(unittest.TestCase):
         log_dir = os.path.realpath(os.path.join(self.node.dir, "logs"))
         size_a0 = self.log_files_size("ld-a", 0)
         self.assertGreater(size_a0, 0)
-        for version in range(1, 5):
+        for version in range(1, 6):
             with self.subTest(version=version):
                 top_error, results = self.conn.describe_log_dirs(version, None)
                 self.assertEqual(top_error, 0 if version >= 3 else None)
@@ -535,6 +548,8 @@ class OffsetsTest(unittest.TestCase):
                     self.assertGreater(r["total"], 0)
                     self.assertGreater(r["usable"], 0)
                     self.assertLessEqual(r["usable"], r["total"])
+                if version >= 5:
+                    self.assertEqual(r["cordoned"], 0, "no directory is cordoned")
         # Only the partitions asked (an unknown one is left out); none asked: the dir alone.
         _, results = self.conn.describe_log_dirs(4, {"ld-a": [1, 9], "nope": [0]})
         self.assertEqual(results[0]["topics"], {"ld-a": {1: (0, 0, 0)}})

@@ -565,6 +565,8 @@ TEST_F(ConsumerGroupTest, Describe) {
   EXPECT_EQ(ma.member_id, "a");
   EXPECT_EQ(ma.client_id, "client");
   EXPECT_EQ(ma.client_host, "/127.0.0.1");
+  EXPECT_EQ(ma.member_type, 1) << "a consumer-protocol member (KIP-1099)";
+  EXPECT_EQ(d.members[1].member_type, 1);
   EXPECT_EQ(ma.subscribed_topic_names, std::vector<std::string>{"t"});
   ASSERT_EQ(ma.assignment.topic_partitions.size(), 1u);
   EXPECT_EQ(ma.assignment.topic_partitions[0].topic_name, "t");

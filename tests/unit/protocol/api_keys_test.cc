@@ -12,7 +12,7 @@ TEST(ApiKeysTest, TableFacts) {
   ASSERT_NE(metadata, nullptr);
   EXPECT_EQ(metadata->name, "Metadata");
   EXPECT_EQ(metadata->min_version, 0);
-  EXPECT_EQ(metadata->max_version, 12);
+  EXPECT_EQ(metadata->max_version, 13);
   EXPECT_EQ(metadata->first_flexible_request, 9);
   EXPECT_EQ(metadata->first_flexible_response, 9);
 
@@ -36,7 +36,7 @@ TEST(ApiKeysTest, TableFacts) {
 
 TEST(ApiKeysTest, TableAgreesWithMessageTypes) {
   auto all = AllApiSchemas();
-  EXPECT_EQ(all.size(), 88u);
+  EXPECT_EQ(all.size(), 91u);
   int16_t previous = -1;
   for (const ApiSchemaInfo& api : all) {
     EXPECT_GT(api.key, previous);
@@ -69,7 +69,7 @@ TEST(ApiKeysTest, DecodeRequestBody) {
   Reader r1(empty);
   EXPECT_EQ(DecodeRequestBody(1000, 0, r1).code(), absl::StatusCode::kUnimplemented);
   Reader r2(empty);
-  EXPECT_EQ(DecodeRequestBody(18, 5, r2).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(DecodeRequestBody(18, 6, r2).code(), absl::StatusCode::kUnimplemented);
   Reader r3(empty);
   EXPECT_EQ(DecodeRequestBody(18, -1, r3).code(), absl::StatusCode::kUnimplemented);
 

@@ -20,16 +20,17 @@ TEST(HeaderVersionTest, RequestHeaderFollowsRequestFlexibility) {
   EXPECT_EQ(RequestHeaderVersion(kSaslHandshake, 1), 1);  // never flexible
 }
 
-TEST(HeaderVersionTest, ControlledShutdownV0UsesHeaderV0) {
-  EXPECT_EQ(RequestHeaderVersion(kControlledShutdown, 0), 0);
-  EXPECT_EQ(RequestHeaderVersion(kControlledShutdown, 1), 1);
-  EXPECT_EQ(RequestHeaderVersion(kControlledShutdown, 3), 2);
+TEST(HeaderVersionTest, ControlledShutdownIsAnUnknownKey) {
+  // Kafka 4 removed ControlledShutdown (and with it request header v0, which only its v0
+  // used): an unknown key, read with header v1.
+  EXPECT_EQ(RequestHeaderVersion(kControlledShutdown, 0), 1);
+  EXPECT_EQ(RequestHeaderVersion(kControlledShutdown, 3), 1);
 }
 
 TEST(HeaderVersionTest, OutsideTheTable) {
   // A newer version than we know keeps the flexible rule (so the header can still be read).
   EXPECT_EQ(RequestHeaderVersion(kApiVersions, 99), 2);
-  EXPECT_EQ(RequestHeaderVersion(kMetadata, 13), 2);
+  EXPECT_EQ(RequestHeaderVersion(kMetadata, 14), 2);
   EXPECT_EQ(RequestHeaderVersion(kMetadata, -1), 1);
   // Unknown keys are read as non-flexible.
   EXPECT_EQ(RequestHeaderVersion(1000, 5), 1);

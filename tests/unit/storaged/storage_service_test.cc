@@ -524,6 +524,14 @@ TEST_F(StorageServiceTest, ListOffsets) {
   EXPECT_EQ(by_time.error_code(), 0);
   EXPECT_EQ(by_time.offset(), 2);
   EXPECT_EQ(by_time.leader_epoch(), 4);
+  for (int64_t tiered : {kLatestTieredTimestamp, kEarliestPendingUploadTimestamp}) {
+    storage::ListOffsetsPartitionResult none = ListOffset("t", 0, tiered);
+    EXPECT_EQ(none.error_code(), 0) << tiered;
+    EXPECT_EQ(none.offset(), -1) << tiered;
+    EXPECT_EQ(none.timestamp(), -1) << tiered;
+    EXPECT_EQ(none.leader_epoch(), -1) << tiered;
+  }
+  EXPECT_EQ(ListOffset("t", 0, -7).error_code(), Code(ErrorCode::kInvalidRequest));
   EXPECT_EQ(ListOffset("x", 0, kLatestTimestamp).error_code(),
             Code(ErrorCode::kUnknownTopicOrPartition));
 }
