@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,8 +16,8 @@ namespace runnel::storaged {
 namespace {
 
 // Lookups first search the last 8 KiB of entries, as Kafka does: appends and most reads
-// touch only the tail, so its pages stay in memory while the rest of a large index may be
-// paged out and a full binary search would fault on its way through.
+// touch only the tail, so an on-disk lookup near the end reads a few entries from pages the
+// kernel already holds instead of probing across the whole file.
 constexpr int kWarmBytes = 8192;
 
 std::string Errno(const char* what, const std::string& path) {
@@ -34,15 +33,55 @@ int64_t RoundDownToEntries(int64_t bytes, int entry_size) {
   return bytes <= 0 ? 0 : bytes / entry_size * entry_size;
 }
 
-// The slot with the largest key <= `target` among `entries` slots sorted by key; -1 when
-// the first key is above `target`.
-template <typename KeyFn>
-int LargestLowerBound(int entries, int entry_size, int64_t target, KeyFn key) {
+Status PreadAll(int fd, uint8_t* buf, size_t n, int64_t pos, const std::string& path) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(fd, buf + done, n - done, pos + int64_t(done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(Errno("read", path));
+    }
+    if (r == 0) {
+      return absl::DataLossError(
+          fmt::format("{}: unexpected end of file at byte {}", path, pos + int64_t(done)));
+    }
+    done += size_t(r);
+  }
+  return absl::OkStatus();
+}
+
+Status PwriteAll(int fd, const uint8_t* buf, size_t n, int64_t pos, const std::string& path) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pwrite(fd, buf + done, n - done, pos + int64_t(done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(Errno("write", path));
+    }
+    if (r == 0) return absl::InternalError(fmt::format("write {}: wrote nothing", path));
+    done += size_t(r);
+  }
+  return absl::OkStatus();
+}
+
+bool IsZero(const uint8_t* p, int n) {
+  for (int b = 0; b < n; ++b) {
+    if (p[b] != 0) return false;
+  }
+  return true;
+}
+
+// The largest slot among `entries` for which `below(slot)` holds, where it holds for a
+// prefix; -1 when it holds for none; nullopt when `below` fails (returns nullopt).
+template <typename BelowFn>
+std::optional<int> LargestBelow(int entries, int entry_size, BelowFn below) {
   if (entries == 0) return -1;
-  auto search = [&](int lo, int hi) {
+  auto search = [&](int lo, int hi) -> std::optional<int> {  // below(lo) holds or lo == -1
     while (lo < hi) {
       int mid = lo + (hi - lo + 1) / 2;
-      if (key(mid) <= target) {
+      std::optional<bool> b = below(mid);
+      if (!b) return std::nullopt;
+      if (*b) {
         lo = mid;
       } else {
         hi = mid - 1;
@@ -51,25 +90,10 @@ int LargestLowerBound(int entries, int entry_size, int64_t target, KeyFn key) {
     return lo;
   };
   int first_warm = std::max(0, entries - 1 - kWarmBytes / entry_size);
-  if (key(first_warm) < target) return search(first_warm, entries - 1);
-  if (key(0) > target) return -1;
-  return search(0, first_warm);
-}
-
-// The first slot whose key is >= `target` (`entries` when none), keys non-decreasing.
-template <typename KeyFn>
-int FirstAtOrAbove(int entries, int64_t target, KeyFn key) {
-  int lo = 0;
-  int hi = entries;
-  while (lo < hi) {
-    int mid = lo + (hi - lo) / 2;
-    if (key(mid) < target) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
+  std::optional<bool> warm = below(first_warm);
+  if (!warm) return std::nullopt;
+  if (*warm) return search(first_warm, entries - 1);
+  return search(-1, first_warm - 1);
 }
 
 // Offset index slot: relativeOffset int32, position int32.
@@ -89,11 +113,20 @@ bool TimeEntryFollows(const uint8_t* prev, const uint8_t* next) {
          TimeRelativeOffsetOf(next) >= TimeRelativeOffsetOf(prev);
 }
 
-// Checks that `offset` can be stored relative to `base_offset`.
-Status CheckRelative(const std::string& path, int64_t base_offset, int64_t offset) {
-  if (offset < base_offset || offset - base_offset > std::numeric_limits<int32_t>::max()) {
+std::string DescribeOffsetEntry(const uint8_t* e) {
+  return fmt::format("relative offset {}, position {}", RelativeOffsetOf(e), PositionOf(e));
+}
+
+std::string DescribeTimeEntry(const uint8_t* e) {
+  return fmt::format("timestamp {}, relative offset {}", TimestampOf(e), TimeRelativeOffsetOf(e));
+}
+
+// Checks that `offset` can be stored relative to the index's base offset.
+Status CheckRelative(const IndexFile& index, int64_t offset) {
+  const int64_t base = index.base_offset();
+  if (offset < base || offset - base > std::numeric_limits<int32_t>::max()) {
     return absl::OutOfRangeError(fmt::format(
-        "{}: offset {} cannot be stored relative to base offset {}", path, offset, base_offset));
+        "{}: offset {} cannot be stored relative to base offset {}", index.path(), offset, base));
   }
   return absl::OkStatus();
 }
@@ -102,120 +135,193 @@ Status CheckRelative(const std::string& path, int64_t base_offset, int64_t offse
 
 // ---------------------------------------------------------------- IndexFile
 
-IndexFile::IndexFile(std::string path, int64_t base_offset, int entry_size)
-    : path_(std::move(path)), base_offset_(base_offset), entry_size_(entry_size) {}
+IndexFile::IndexFile(std::string path, int64_t base_offset, int entry_size, FileCache* files,
+                     FollowsFn follows, DescribeFn describe)
+    : base_offset_(base_offset),
+      entry_size_(entry_size),
+      files_(files),
+      follows_(follows),
+      describe_(describe),
+      path_(std::move(path)) {}
 
-IndexFile::~IndexFile() { (void)Unmap(); }
+// Entries not yet written are dropped with the object: Close and roll write them first,
+// and after anything else the segment is deleted or recovered from its .log.
+IndexFile::~IndexFile() = default;
 
-Status IndexFile::Map(int32_t max_index_bytes, bool writable, FollowsFn follows) {
+std::string IndexFile::path() const {
+  MutexLock lock(&mu_);
+  return path_;
+}
+
+bool IndexFile::InMemory() const {
+  MutexLock lock(&mu_);
+  return in_memory_;
+}
+
+Status IndexFile::Load(int32_t max_index_bytes, bool in_memory) {
+  MutexLock lock(&mu_);
+  // Opened directly, not through the cache: a handle cached under this name may be of a
+  // file unlinked since. Later opens check the inode against this one.
   int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return absl::InternalError(Errno("open", path_));
+  FileHandle closes(fd);
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    Status s = absl::InternalError(Errno("fstat", path_));
-    ::close(fd);
-    return s;
-  }
+  if (::fstat(fd, &st) != 0) return absl::InternalError(Errno("fstat", path_));
   file_bytes_ = st.st_size;
-  on_disk_slots_ = int(RoundDownToEntries(file_bytes_, entry_size_) / entry_size_);
-  Status s = MapFd(fd, RoundDownToEntries(file_bytes_, entry_size_));
-  if (!s.ok()) {
-    ::close(fd);
-    return s;
-  }
-
+  inode_ = static_cast<uint64_t>(st.st_ino);
+  const int slots = int(RoundDownToEntries(file_bytes_, entry_size_) / entry_size_);
+  // The whole file is read once to check it (Kafka checks only the last entry of a clean
+  // segment's index; a full check finds an index damaged in the middle before a lookup
+  // trusts it).
+  std::vector<uint8_t> bytes(size_t(slots) * entry_size_);
+  RUNNEL_RETURN_IF_ERROR(PreadAll(fd, bytes.data(), bytes.size(), 0, path_));
+  auto slot = [&](int i) { return bytes.data() + size_t(i) * entry_size_; };
   int n = 0;
-  if (max_entries_ > 0) {
+  if (slots > 0) {
     n = 1;
-    while (n < max_entries_ && follows(Slot(n - 1), Slot(n))) ++n;
+    while (n < slots && follows_(slot(n - 1), slot(n))) ++n;
     // A lone zero entry is real only in a trimmed one-entry file; in a larger file it is
     // preallocated space that was never written (a real first entry (base, 0) would say
     // nothing an empty index does not). Garbage after it is SanityCheck's business.
-    if (n == 1 && max_entries_ > 1 && SlotIsZero(0)) n = 0;
+    if (n == 1 && slots > 1 && IsZero(slot(0), entry_size_)) n = 0;
   }
-  set_entries(n);
-
-  int64_t wanted = RoundDownToEntries(max_index_bytes, entry_size_);
-  if (writable && file_bytes_ % entry_size_ == 0 && file_bytes_ < wanted) {
-    if (::ftruncate(fd, wanted) != 0) {
-      s = absl::InternalError(Errno("preallocate", path_));
-    } else {
-      file_bytes_ = wanted;
-      s = MapFd(fd, wanted);
+  load_status_ = absl::OkStatus();
+  if (file_bytes_ % entry_size_ != 0) {
+    load_status_ = absl::DataLossError(fmt::format(
+        "{}: size {} is not a multiple of the entry size {}", path_, file_bytes_, entry_size_));
+  } else {
+    for (int i = n; i < slots; ++i) {
+      if (IsZero(slot(i), entry_size_)) continue;
+      if (i == n && n > 0) {
+        load_status_ = absl::DataLossError(
+            fmt::format("{}: entries out of order: entry {} ({}) after entry {} ({})", path_, i,
+                        describe_(slot(i)), n - 1, describe_(slot(n - 1))));
+      } else {
+        load_status_ = absl::DataLossError(
+            fmt::format("{}: non-zero data in slot {} ({}) after the {} entries", path_, i,
+                        describe_(slot(i)), n));
+      }
+      break;
     }
   }
-  ::close(fd);
-  return s;
-}
-
-Status IndexFile::MapFd(int fd, int64_t bytes) {
-  void* mapped = nullptr;
-  if (bytes > 0) {
-    mapped = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (mapped == MAP_FAILED) return absl::InternalError(Errno("mmap", path_));
-    // Entries are touched a page at a time, at the tail or by binary search: readahead
-    // would fault in (and zero-fill) megabytes of the preallocated file around each page.
-    (void)::madvise(mapped, static_cast<size_t>(bytes), MADV_RANDOM);
-  }
-  if (Status s = Unmap(); !s.ok()) {
-    if (mapped != nullptr) ::munmap(mapped, static_cast<size_t>(bytes));
-    return s;
-  }
-  data_ = static_cast<uint8_t*>(mapped);
-  mapped_bytes_ = static_cast<size_t>(bytes);
-  max_entries_ = static_cast<int>(bytes / entry_size_);
-  return absl::OkStatus();
-}
-
-Status IndexFile::Unmap() {
-  if (data_ != nullptr && ::munmap(data_, mapped_bytes_) != 0) {
-    return absl::InternalError(Errno("munmap", path_));
-  }
-  data_ = nullptr;
-  mapped_bytes_ = 0;
-  max_entries_ = 0;
-  return absl::OkStatus();
-}
-
-Status IndexFile::Remap(int64_t bytes) {
-  int fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError(Errno("open", path_));
-  Status s;
-  if (::ftruncate(fd, bytes) != 0) {
-    s = absl::InternalError(Errno("resize", path_));
+  written_entries_ = n;
+  bytes.resize(size_t(n) * entry_size_);
+  int max_entries = slots;
+  if (in_memory) {
+    memory_ = std::move(bytes);
+    in_memory_ = true;
+    int64_t wanted = RoundDownToEntries(max_index_bytes, entry_size_);
+    if (file_bytes_ % entry_size_ == 0)
+      max_entries = std::max<int64_t>(slots, wanted / entry_size_);
   } else {
-    file_bytes_ = bytes;
-    // Past the entries the file is ours now: zeros (dropped slots are zeroed).
-    on_disk_slots_ = std::min<int64_t>(on_disk_slots_, entries());
-    s = MapFd(fd, bytes);
-    // The old mapping stays, but nothing past the new end of the file may be touched.
-    if (!s.ok()) max_entries_ = std::min<int64_t>(max_entries_, bytes / entry_size_);
+    memory_.clear();
+    in_memory_ = false;
+    last_ = Entry{};
+    if (n > 0) {
+      last_.slot = n - 1;
+      std::memcpy(last_.bytes, slot(n - 1), size_t(entry_size_));
+    }
   }
-  ::close(fd);
-  return s;
+  max_entries_.store(max_entries, std::memory_order_release);
+  if (in_memory_) {
+    SetEntriesLocked(n);
+  } else {
+    entries_.store(n, std::memory_order_release);
+  }
+  return absl::OkStatus();
+}
+
+Status IndexFile::LoadStatus() const {
+  MutexLock lock(&mu_);
+  return load_status_;
+}
+
+void IndexFile::SetEntriesLocked(int n) {
+  entries_.store(n, std::memory_order_release);
+  last_ = Entry{};
+  if (n > 0) {
+    last_.slot = n - 1;
+    std::memcpy(last_.bytes, memory_.data() + size_t(n - 1) * entry_size_, size_t(entry_size_));
+  }
+}
+
+Status IndexFile::BringIntoMemoryLocked() {
+  if (in_memory_) return absl::OkStatus();
+  const int n = entries();
+  std::vector<uint8_t> bytes(size_t(n) * entry_size_);
+  if (n > 0) {
+    RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, OpenLocked(/*create=*/false));
+    RUNNEL_RETURN_IF_ERROR(PreadAll(fh->fd(), bytes.data(), bytes.size(), 0, path_));
+  }
+  memory_ = std::move(bytes);
+  in_memory_ = true;
+  return absl::OkStatus();
+}
+
+Status IndexFile::WriteBackLocked() {
+  const int n = entries();
+  const int64_t valid = int64_t{n} * entry_size_;
+  if (written_entries_ >= n && file_bytes_ == valid) return absl::OkStatus();
+  RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, OpenLocked(/*create=*/true));
+  if (written_entries_ < n) {
+    const int64_t from = int64_t{written_entries_} * entry_size_;
+    RUNNEL_RETURN_IF_ERROR(
+        PwriteAll(fh->fd(), memory_.data() + from, size_t(valid - from), from, path_));
+    written_entries_ = n;
+    file_bytes_ = std::max(file_bytes_, valid);
+  }
+  if (file_bytes_ > valid) {
+    if (::ftruncate(fh->fd(), valid) != 0) return absl::InternalError(Errno("truncate", path_));
+    file_bytes_ = valid;
+  }
+  return absl::OkStatus();
 }
 
 Status IndexFile::TrimToValidSize() {
-  if (file_bytes_ == SizeInBytes() && int64_t(mapped_bytes_) == file_bytes_) {
-    return absl::OkStatus();
+  MutexLock lock(&mu_);
+  if (in_memory_) {
+    RUNNEL_RETURN_IF_ERROR(WriteBackLocked());
+    std::vector<uint8_t>().swap(memory_);
+    in_memory_ = false;
+  } else if (file_bytes_ != SizeInBytes()) {
+    // An untrimmed file loaded from disk: its tail is zeros (Load checked).
+    RUNNEL_RETURN_IF_ERROR(WriteBackLocked());
   }
-  return Remap(SizeInBytes());
-}
-
-Status IndexFile::Resize(int32_t max_index_bytes) {
-  return Remap(std::max(RoundDownToEntries(max_index_bytes, entry_size_), SizeInBytes()));
-}
-
-Status IndexFile::Flush() {
-  if (data_ != nullptr && ::msync(data_, mapped_bytes_, MS_SYNC) != 0) {
-    return absl::InternalError(Errno("msync", path_));
-  }
+  max_entries_.store(entries(), std::memory_order_release);
   return absl::OkStatus();
 }
 
-void IndexFile::Reset() { DropEntriesFrom(0); }
+Status IndexFile::Resize(int32_t max_index_bytes) {
+  MutexLock lock(&mu_);
+  RUNNEL_RETURN_IF_ERROR(BringIntoMemoryLocked());
+  int64_t wanted = RoundDownToEntries(max_index_bytes, entry_size_) / entry_size_;
+  max_entries_.store(int(std::max<int64_t>(wanted, entries())), std::memory_order_release);
+  return absl::OkStatus();
+}
+
+Status IndexFile::Flush() {
+  MutexLock lock(&mu_);
+  if (!in_memory_) return absl::OkStatus();
+  RUNNEL_RETURN_IF_ERROR(WriteBackLocked());
+  RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, OpenLocked(/*create=*/true));
+  if (::fdatasync(fh->fd()) != 0) return absl::InternalError(Errno("fdatasync", path_));
+  return absl::OkStatus();
+}
+
+void IndexFile::Reset() {
+  MutexLock lock(&mu_);
+  // Nothing to read: every entry goes.
+  memory_.clear();
+  in_memory_ = true;
+  written_entries_ = 0;
+  SetEntriesLocked(0);
+}
 
 Status IndexFile::RenameTo(const std::string& new_path) {
+  MutexLock lock(&mu_);
+  // Forget both names: a cached handle under the new name would be a file unlinked earlier.
+  files_->Forget(path_);
+  files_->Forget(new_path);
   if (::rename(path_.c_str(), new_path.c_str()) != 0) {
     return absl::InternalError(
         fmt::format("rename {} to {}: {}", path_, new_path, std::strerror(errno)));
@@ -225,84 +331,216 @@ Status IndexFile::RenameTo(const std::string& new_path) {
 }
 
 Status IndexFile::Delete() {
-  RUNNEL_RETURN_IF_ERROR(Unmap());
-  set_entries(0);
+  MutexLock lock(&mu_);
+  std::vector<uint8_t>().swap(memory_);
+  in_memory_ = false;
+  written_entries_ = 0;
   file_bytes_ = 0;
+  entries_.store(0, std::memory_order_release);
+  last_ = Entry{};
+  files_->Forget(path_);
   if (::unlink(path_.c_str()) != 0 && errno != ENOENT) {
     return absl::InternalError(Errno("unlink", path_));
   }
   return absl::OkStatus();
 }
 
-bool IndexFile::SlotIsZero(int i) const {
-  const uint8_t* slot = Slot(i);
-  for (int b = 0; b < entry_size_; ++b) {
-    if (slot[b] != 0) return false;
+namespace {
+
+// The handle cached for `path` when it is the file with `inode`; a cached handle of another
+// file (one unlinked or replaced since) is dropped and the path opened again. NotFound when
+// the file under `path` is not that one.
+StatusOr<std::shared_ptr<FileHandle>> OpenChecked(FileCache* files, const std::string& path,
+                                                  uint64_t inode, bool create, struct stat* st) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, files->Get(path, create));
+    if (::fstat(fh->fd(), st) != 0) return absl::InternalError(Errno("fstat", path));
+    if (static_cast<uint64_t>(st->st_ino) == inode || attempt == 1) return fh;
+    files->Forget(path);
   }
-  return true;
+  return absl::NotFoundError(fmt::format("{}: replaced", path));  // not reached
 }
 
-int IndexFile::FirstNonZeroSlot(int from) const {
-  // Slots past what the file held when opened were added by our own ftruncate: zeros by
-  // definition, and not worth faulting in (a preallocated index is megabytes).
-  int end = std::min(max_entries_, on_disk_slots_);
-  for (int i = std::max(from, 0); i < end; ++i) {
-    if (!SlotIsZero(i)) return i;
+}  // namespace
+
+StatusOr<std::shared_ptr<FileHandle>> IndexFile::OpenLocked(bool create) {
+  struct stat st {};
+  RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh,
+                          OpenChecked(files_, path_, inode_, create, &st));
+  if (static_cast<uint64_t>(st.st_ino) == inode_) return fh;
+  if (!create) {
+    return absl::NotFoundError(fmt::format("{}: not the index file loaded (replaced)", path_));
   }
-  return -1;
+  // The file was removed under us (its data is a cache of the .log): the entries are
+  // written again into the new one.
+  inode_ = static_cast<uint64_t>(st.st_ino);
+  file_bytes_ = st.st_size;
+  written_entries_ = 0;
+  return fh;
 }
 
-Status IndexFile::CheckSizeAndTail(std::string (*describe)(const IndexFile&, int)) const {
-  if (file_bytes_ % entry_size_ != 0) {
-    return absl::DataLossError(fmt::format("{}: size {} is not a multiple of the entry size {}",
-                                           path_, file_bytes_, entry_size_));
+std::shared_ptr<FileHandle> IndexFile::FileForRead() const {
+  std::string path;
+  uint64_t inode = 0;
+  {
+    MutexLock lock(&mu_);
+    path = path_;
+    inode = inode_;
   }
-  int n = entries();
-  int bad = FirstNonZeroSlot(n);
-  if (bad < 0) return absl::OkStatus();
-  if (bad == n && n > 0) {
-    return absl::DataLossError(
-        fmt::format("{}: entries out of order: entry {} ({}) after entry {} ({})", path_, bad,
-                    describe(*this, bad), n - 1, describe(*this, n - 1)));
-  }
-  return absl::DataLossError(fmt::format("{}: non-zero data in slot {} ({}) after the {} entries",
-                                         path_, bad, describe(*this, bad), n));
+  struct stat st {};
+  StatusOr<std::shared_ptr<FileHandle>> fh = OpenChecked(files_, path, inode, false, &st);
+  if (!fh.ok() || static_cast<uint64_t>(st.st_ino) != inode) return nullptr;
+  return *std::move(fh);
 }
 
-void IndexFile::DropEntriesFrom(int from) {
-  int n = entries();
-  if (from >= n) return;
-  from = std::max(from, 0);
-  // Publish the smaller count before the slots go, so a concurrent reader never reads a
-  // zeroed entry as a real one.
-  set_entries(from);
-  std::memset(Slot(from), 0, size_t(n - from) * entry_size_);
+IndexFile::Entry IndexFile::Last() const {
+  MutexLock lock(&mu_);
+  return last_;
+}
+
+std::optional<IndexFile::Entry> IndexFile::At(int i) const {
+  Entry e;
+  e.slot = i;
+  {
+    MutexLock lock(&mu_);
+    if (i < 0 || i >= entries()) return std::nullopt;
+    if (in_memory_) {
+      std::memcpy(e.bytes, memory_.data() + size_t(i) * entry_size_, size_t(entry_size_));
+      return e;
+    }
+  }
+  std::shared_ptr<FileHandle> fh = FileForRead();
+  if (fh == nullptr ||
+      !PreadAll(fh->fd(), e.bytes, size_t(entry_size_), int64_t{i} * entry_size_, "").ok()) {
+    return std::nullopt;
+  }
+  return e;
+}
+
+std::optional<IndexFile::Entry> IndexFile::LastWhere(
+    const std::function<bool(const uint8_t*)>& below) const {
+  Entry e;
+  int n = 0;
+  {
+    MutexLock lock(&mu_);
+    n = entries();
+    if (in_memory_) {
+      const uint8_t* memory = memory_.data();
+      auto in_memory = [&](int i) -> std::optional<bool> {
+        return below(memory + size_t(i) * entry_size_);
+      };
+      e.slot = LargestBelow(n, entry_size_, in_memory).value_or(-1);
+      if (e.slot >= 0) {
+        std::memcpy(e.bytes, memory + size_t(e.slot) * entry_size_, size_t(entry_size_));
+      }
+      return e;
+    }
+  }
+  if (n == 0) return e;
+  std::shared_ptr<FileHandle> fh = FileForRead();
+  if (fh == nullptr) return std::nullopt;
+  uint8_t probe[kMaxEntrySize];
+  auto on_disk = [&](int i) -> std::optional<bool> {
+    if (!PreadAll(fh->fd(), probe, size_t(entry_size_), int64_t{i} * entry_size_, "").ok()) {
+      return std::nullopt;
+    }
+    return below(probe);
+  };
+  std::optional<int> slot = LargestBelow(n, entry_size_, on_disk);
+  if (!slot) return std::nullopt;
+  e.slot = *slot;
+  if (e.slot >= 0 &&
+      !PreadAll(fh->fd(), e.bytes, size_t(entry_size_), int64_t{e.slot} * entry_size_, "").ok()) {
+    return std::nullopt;
+  }
+  return e;
+}
+
+Status IndexFile::AppendEntry(const uint8_t* entry) {
+  MutexLock lock(&mu_);
+  RUNNEL_RETURN_IF_ERROR(BringIntoMemoryLocked());
+  const int n = entries();
+  if (n >= max_entries()) {
+    return absl::FailedPreconditionError(fmt::format("{}: index is full ({} entries)", path_, n));
+  }
+  memory_.resize(size_t(n) * entry_size_);
+  memory_.insert(memory_.end(), entry, entry + entry_size_);
+  SetEntriesLocked(n + 1);
+  return absl::OkStatus();
+}
+
+Status IndexFile::DropFrom(const std::function<bool(const uint8_t*)>& keep) {
+  MutexLock lock(&mu_);
+  RUNNEL_RETURN_IF_ERROR(BringIntoMemoryLocked());
+  const int n = entries();
+  int lo = 0;
+  int hi = n;
+  while (lo < hi) {  // the first slot `keep` rejects
+    int mid = lo + (hi - lo) / 2;
+    if (keep(memory_.data() + size_t(mid) * entry_size_)) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  if (lo >= n) return absl::OkStatus();
+  memory_.resize(size_t(lo) * entry_size_);
+  written_entries_ = std::min(written_entries_, lo);
+  SetEntriesLocked(lo);
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------- OffsetIndex
 
 StatusOr<std::unique_ptr<OffsetIndex>> OffsetIndex::Open(const std::string& path,
                                                          int64_t base_offset,
-                                                         int32_t max_index_bytes, bool writable) {
-  std::unique_ptr<OffsetIndex> index(new OffsetIndex(path, base_offset, kEntrySize));
-  RUNNEL_RETURN_IF_ERROR(index->Map(max_index_bytes, writable, &OffsetEntryFollows));
+                                                         int32_t max_index_bytes, bool writable,
+                                                         FileCache* files) {
+  std::unique_ptr<OffsetIndex> index(new OffsetIndex(path, base_offset, kEntrySize, files,
+                                                     &OffsetEntryFollows, &DescribeOffsetEntry));
+  RUNNEL_RETURN_IF_ERROR(index->Load(max_index_bytes, writable));
   return index;
 }
 
+namespace {
+
+OffsetPosition ToOffsetPosition(int64_t base_offset, const uint8_t* e) {
+  return {base_offset + RelativeOffsetOf(e), PositionOf(e)};
+}
+
+TimestampOffset ToTimestampOffset(int64_t base_offset, const uint8_t* e) {
+  return {TimestampOf(e), base_offset + TimeRelativeOffsetOf(e)};
+}
+
+}  // namespace
+
 OffsetPosition OffsetIndex::EntryAt(int i) const {
-  const uint8_t* slot = Slot(i);
-  return {base_offset() + RelativeOffsetOf(slot), PositionOf(slot)};
+  std::optional<Entry> e = At(i);
+  return e ? ToOffsetPosition(base_offset(), e->bytes) : OffsetPosition{base_offset(), 0};
 }
 
 OffsetPosition OffsetIndex::LastEntry() const {
-  int n = entries();
-  return n == 0 ? OffsetPosition{base_offset(), 0} : EntryAt(n - 1);
+  Entry e = Last();
+  return e.slot < 0 ? OffsetPosition{base_offset(), 0} : ToOffsetPosition(base_offset(), e.bytes);
 }
 
 OffsetPosition OffsetIndex::Lookup(int64_t offset) const {
-  int slot = LargestLowerBound(entries(), kEntrySize, offset,
-                               [this](int i) { return base_offset() + RelativeOffsetOf(Slot(i)); });
-  return slot < 0 ? OffsetPosition{base_offset(), 0} : EntryAt(slot);
+  const int64_t base = base_offset();
+  std::optional<Entry> e =
+      LastWhere([&](const uint8_t* slot) { return base + RelativeOffsetOf(slot) <= offset; });
+  // An unreadable file answers the segment's start: a scan from there finds the batch.
+  if (!e || e->slot < 0) return {base, 0};
+  return ToOffsetPosition(base, e->bytes);
+}
+
+std::optional<OffsetPosition> OffsetIndex::LastWithin(int64_t max_position,
+                                                      int64_t below_offset) const {
+  const int64_t base = base_offset();
+  std::optional<Entry> e = LastWhere([&](const uint8_t* slot) {
+    return PositionOf(slot) <= max_position && base + RelativeOffsetOf(slot) < below_offset;
+  });
+  if (!e || e->slot < 0) return std::nullopt;
+  return ToOffsetPosition(base, e->bytes);
 }
 
 Status OffsetIndex::Append(int64_t offset, int32_t position) {
@@ -311,40 +549,37 @@ Status OffsetIndex::Append(int64_t offset, int32_t position) {
     return absl::FailedPreconditionError(
         fmt::format("{}: offset index is full ({} entries)", path(), n));
   }
-  RUNNEL_RETURN_IF_ERROR(CheckRelative(path(), base_offset(), offset));
+  RUNNEL_RETURN_IF_ERROR(CheckRelative(*this, offset));
   if (position < 0) {
     return absl::InvalidArgumentError(
         fmt::format("{}: negative position {} for offset {}", path(), position, offset));
   }
   if (n > 0) {
-    OffsetPosition last = EntryAt(n - 1);
+    OffsetPosition last = LastEntry();
     if (offset <= last.offset || position <= last.position) {
       return absl::FailedPreconditionError(fmt::format(
           "{}: entry (offset {}, position {}) does not follow the last (offset {}, position {})",
           path(), offset, position, last.offset, last.position));
     }
   }
-  uint8_t* slot = Slot(n);
-  StoreInt32(slot, static_cast<int32_t>(offset - base_offset()));
-  StoreInt32(slot + 4, position);
-  set_entries(n + 1);
-  return absl::OkStatus();
+  uint8_t entry[kEntrySize];
+  StoreInt32(entry, static_cast<int32_t>(offset - base_offset()));
+  StoreInt32(entry + 4, position);
+  return AppendEntry(entry);
 }
 
-void OffsetIndex::TruncateTo(int64_t offset) {
-  DropEntriesFrom(FirstAtOrAbove(
-      entries(), offset, [this](int i) { return base_offset() + RelativeOffsetOf(Slot(i)); }));
+Status OffsetIndex::TruncateTo(int64_t offset) {
+  const int64_t base = base_offset();
+  return DropFrom([&](const uint8_t* slot) { return base + RelativeOffsetOf(slot) < offset; });
 }
 
 Status OffsetIndex::SanityCheck() const {
-  auto describe = [](const IndexFile& f, int i) {
-    const auto& self = static_cast<const OffsetIndex&>(f);
-    return fmt::format("offset {}, position {}", self.EntryAt(i).offset, self.EntryAt(i).position);
-  };
-  RUNNEL_RETURN_IF_ERROR(CheckSizeAndTail(describe));
+  RUNNEL_RETURN_IF_ERROR(LoadStatus());
   if (entries() > 0) {
-    // Later entries are above the first: Map counts only entries in order.
-    OffsetPosition first = EntryAt(0);
+    // Later entries are above the first: Load counts only entries in order.
+    std::optional<Entry> e = At(0);
+    if (!e) return absl::DataLossError(fmt::format("{}: cannot read entry 0", path()));
+    OffsetPosition first = ToOffsetPosition(base_offset(), e->bytes);
     if (first.offset < base_offset()) {
       return absl::DataLossError(fmt::format("{}: entry 0 has offset {} below the base offset {}",
                                              path(), first.offset, base_offset()));
@@ -360,26 +595,31 @@ Status OffsetIndex::SanityCheck() const {
 // ---------------------------------------------------------------- TimeIndex
 
 StatusOr<std::unique_ptr<TimeIndex>> TimeIndex::Open(const std::string& path, int64_t base_offset,
-                                                     int32_t max_index_bytes, bool writable) {
-  std::unique_ptr<TimeIndex> index(new TimeIndex(path, base_offset, kEntrySize));
-  RUNNEL_RETURN_IF_ERROR(index->Map(max_index_bytes, writable, &TimeEntryFollows));
+                                                     int32_t max_index_bytes, bool writable,
+                                                     FileCache* files) {
+  std::unique_ptr<TimeIndex> index(
+      new TimeIndex(path, base_offset, kEntrySize, files, &TimeEntryFollows, &DescribeTimeEntry));
+  RUNNEL_RETURN_IF_ERROR(index->Load(max_index_bytes, writable));
   return index;
 }
 
 TimestampOffset TimeIndex::EntryAt(int i) const {
-  const uint8_t* slot = Slot(i);
-  return {TimestampOf(slot), base_offset() + TimeRelativeOffsetOf(slot)};
+  std::optional<Entry> e = At(i);
+  return e ? ToTimestampOffset(base_offset(), e->bytes) : TimestampOffset{-1, base_offset()};
 }
 
 TimestampOffset TimeIndex::LastEntry() const {
-  int n = entries();
-  return n == 0 ? TimestampOffset{-1, base_offset()} : EntryAt(n - 1);
+  Entry e = Last();
+  return e.slot < 0 ? TimestampOffset{-1, base_offset()}
+                    : ToTimestampOffset(base_offset(), e.bytes);
 }
 
 TimestampOffset TimeIndex::Lookup(int64_t timestamp) const {
-  int slot = LargestLowerBound(entries(), kEntrySize, timestamp,
-                               [this](int i) { return TimestampOf(Slot(i)); });
-  return slot < 0 ? TimestampOffset{-1, base_offset()} : EntryAt(slot);
+  std::optional<Entry> e =
+      LastWhere([&](const uint8_t* slot) { return TimestampOf(slot) <= timestamp; });
+  // An unreadable file answers the segment's start: a scan from there finds the batch.
+  if (!e || e->slot < 0) return {-1, base_offset()};
+  return ToTimestampOffset(base_offset(), e->bytes);
 }
 
 Status TimeIndex::MaybeAppend(int64_t timestamp, int64_t offset) {
@@ -396,29 +636,25 @@ Status TimeIndex::MaybeAppend(int64_t timestamp, int64_t offset) {
     return absl::FailedPreconditionError(
         fmt::format("{}: time index is full ({} entries)", path(), n));
   }
-  RUNNEL_RETURN_IF_ERROR(CheckRelative(path(), base_offset(), offset));
-  uint8_t* slot = Slot(n);
-  StoreInt64(slot, timestamp);
-  StoreInt32(slot + 8, static_cast<int32_t>(offset - base_offset()));
-  set_entries(n + 1);
-  return absl::OkStatus();
+  RUNNEL_RETURN_IF_ERROR(CheckRelative(*this, offset));
+  uint8_t entry[kEntrySize];
+  StoreInt64(entry, timestamp);
+  StoreInt32(entry + 8, static_cast<int32_t>(offset - base_offset()));
+  return AppendEntry(entry);
 }
 
-void TimeIndex::TruncateTo(int64_t offset) {
-  DropEntriesFrom(FirstAtOrAbove(
-      entries(), offset, [this](int i) { return base_offset() + TimeRelativeOffsetOf(Slot(i)); }));
+Status TimeIndex::TruncateTo(int64_t offset) {
+  const int64_t base = base_offset();
+  return DropFrom([&](const uint8_t* slot) { return base + TimeRelativeOffsetOf(slot) < offset; });
 }
 
 Status TimeIndex::SanityCheck() const {
-  auto describe = [](const IndexFile& f, int i) {
-    const auto& self = static_cast<const TimeIndex&>(f);
-    return fmt::format("timestamp {}, offset {}", self.EntryAt(i).timestamp,
-                       self.EntryAt(i).offset);
-  };
-  RUNNEL_RETURN_IF_ERROR(CheckSizeAndTail(describe));
+  RUNNEL_RETURN_IF_ERROR(LoadStatus());
   if (entries() > 0) {
-    // Later entries are not below the first: Map counts only entries in order.
-    TimestampOffset first = EntryAt(0);
+    // Later entries are not below the first: Load counts only entries in order.
+    std::optional<Entry> e = At(0);
+    if (!e) return absl::DataLossError(fmt::format("{}: cannot read entry 0", path()));
+    TimestampOffset first = ToTimestampOffset(base_offset(), e->bytes);
     if (first.offset < base_offset()) {
       return absl::DataLossError(fmt::format("{}: entry 0 has offset {} below the base offset {}",
                                              path(), first.offset, base_offset()));

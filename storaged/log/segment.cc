@@ -131,10 +131,10 @@ StatusOr<std::unique_ptr<Segment>> Segment::Open(const std::string& dir, int64_t
   std::string time_path = SegmentFilePath(dir, base_offset, kTimeIndexSuffix) + std::string(suffix);
   s->indexes_missing_ =
       ::access(index_path.c_str(), F_OK) != 0 || ::access(time_path.c_str(), F_OK) != 0;
-  RUNNEL_ASSIGN_OR_RETURN(s->offset_index_,
-                          OffsetIndex::Open(index_path, base_offset, max_index_bytes, active));
+  RUNNEL_ASSIGN_OR_RETURN(
+      s->offset_index_, OffsetIndex::Open(index_path, base_offset, max_index_bytes, active, files));
   RUNNEL_ASSIGN_OR_RETURN(s->time_index_,
-                          TimeIndex::Open(time_path, base_offset, max_index_bytes, active));
+                          TimeIndex::Open(time_path, base_offset, max_index_bytes, active, files));
   return s;
 }
 
@@ -249,24 +249,11 @@ StatusOr<int64_t> Segment::FindEndPosition(int64_t start, int64_t max_bytes, int
   // Skip ahead with the index: an entry's position is a batch boundary, and the batch there
   // ends at its entry's offset, so every batch before it holds offsets below that.
   int64_t position = start;
-  {
-    int lo = 0, hi = offset_index_->entries() - 1, best = -1;
-    while (lo <= hi) {
-      int mid = lo + (hi - lo) / 2;
-      OffsetPosition e = offset_index_->EntryAt(mid);
-      if (e.position <= budget_end && e.offset < limit_offset) {
-        best = mid;
-        lo = mid + 1;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    // The batch at entry `best` starts at or before budget_end and holds offsets below the
-    // limit... only up to its last offset, which is below limit_offset: it may be included.
-    if (best >= 0) {
-      OffsetPosition e = offset_index_->EntryAt(best);
-      if (e.position > position) position = e.position;
-    }
+  // The batch at that entry starts at or before budget_end and ends at the entry's offset,
+  // below limit_offset: it may be included.
+  if (std::optional<OffsetPosition> e = offset_index_->LastWithin(budget_end, limit_offset);
+      e && e->position > position) {
+    position = e->position;
   }
   RUNNEL_RETURN_IF_ERROR(ScanBatches(position, max_position, [&](const BatchLocation& loc) {
     if (loc.base_offset >= limit_offset || loc.last_offset >= limit_offset ||
@@ -449,8 +436,8 @@ Status Segment::TruncateTo(int64_t offset) {
   RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, File());
   if (::ftruncate(fh->fd(), loc->position) != 0) return ErrnoStatus("truncate", log_path());
   size_.store(loc->position);
-  offset_index_->TruncateTo(loc->base_offset);
-  time_index_->TruncateTo(loc->base_offset);
+  RUNNEL_RETURN_IF_ERROR(offset_index_->TruncateTo(loc->base_offset));
+  RUNNEL_RETURN_IF_ERROR(time_index_->TruncateTo(loc->base_offset));
   // Recompute the summary of what is left.
   RUNNEL_RETURN_IF_ERROR(ResetSummary());
   int64_t last_entry_pos = offset_index_->entries() > 0 ? offset_index_->LastEntry().position : -1;
@@ -488,6 +475,8 @@ Status Segment::Close() {
   if (active_) RUNNEL_RETURN_IF_ERROR(OnRoll());
   RUNNEL_RETURN_IF_ERROR(Flush());
   files_->Forget(log_path());
+  files_->Forget(offset_index_->path());
+  files_->Forget(time_index_->path());
   return absl::OkStatus();
 }
 

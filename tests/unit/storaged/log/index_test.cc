@@ -1,5 +1,6 @@
 #include "storaged/log/index.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "storaged/log/file_cache.h"
 #include "tests/util/temp_dir.h"
 
 namespace runnel::storaged {
@@ -64,17 +66,18 @@ class IndexTest : public ::testing::Test {
 
   std::unique_ptr<OffsetIndex> OpenOffsets(const std::string& name, int32_t max_bytes,
                                            bool writable) {
-    auto index = OffsetIndex::Open(Path(name), kBase, max_bytes, writable);
+    auto index = OffsetIndex::Open(Path(name), kBase, max_bytes, writable, &files_);
     EXPECT_TRUE(index.ok()) << index.status();
     return index.ok() ? std::move(*index) : nullptr;
   }
   std::unique_ptr<TimeIndex> OpenTimes(const std::string& name, int32_t max_bytes, bool writable) {
-    auto index = TimeIndex::Open(Path(name), kBase, max_bytes, writable);
+    auto index = TimeIndex::Open(Path(name), kBase, max_bytes, writable, &files_);
     EXPECT_TRUE(index.ok()) << index.status();
     return index.ok() ? std::move(*index) : nullptr;
   }
 
   std::optional<runnel::testing::TempDir> root_;
+  FileCache files_{64};
 };
 
 void ExpectOffsetPosition(const OffsetPosition& got, int64_t offset, int32_t position) {
@@ -89,10 +92,11 @@ void ExpectTimestampOffset(const TimestampOffset& got, int64_t timestamp, int64_
 
 // ---------------------------------------------------------------- OffsetIndex
 
-TEST_F(IndexTest, OffsetIndexPreallocatesWholeEntries) {
+TEST_F(IndexTest, OffsetIndexTakesWholeEntriesWithoutPreallocating) {
   auto index = OpenOffsets("a.index", 100, /*writable=*/true);
   ASSERT_NE(index, nullptr);
-  EXPECT_EQ(fs::file_size(Path("a.index")), 96u);
+  EXPECT_EQ(fs::file_size(Path("a.index")), 0u);
+  EXPECT_TRUE(index->InMemory());
   EXPECT_EQ(index->max_entries(), 12);
   EXPECT_EQ(index->entries(), 0);
   EXPECT_FALSE(index->IsFull());
@@ -172,23 +176,26 @@ TEST_F(IndexTest, OffsetIndexTruncate) {
   auto index = OpenOffsets("a.index", 1024, true);
   ASSERT_NE(index, nullptr);
   for (int i = 1; i <= 5; ++i) ASSERT_TRUE(index->Append(kBase + 10 * i, 100 * i).ok());
-  index->TruncateTo(kBase + 1000);  // past the last: nothing goes
+  ASSERT_TRUE(index->Flush().ok());                   // the file holds all five
+  ASSERT_TRUE(index->TruncateTo(kBase + 1000).ok());  // past the last: nothing goes
   EXPECT_EQ(index->entries(), 5);
-  index->TruncateTo(kBase + 35);  // between entries: +40 and +50 go
+  ASSERT_TRUE(index->TruncateTo(kBase + 35).ok());  // between entries: +40 and +50 go
   EXPECT_EQ(index->entries(), 3);
   ExpectOffsetPosition(index->LastEntry(), kBase + 30, 300);
-  index->TruncateTo(kBase + 30);  // exact: the entry itself goes
+  ASSERT_TRUE(index->TruncateTo(kBase + 30).ok());  // exact: the entry itself goes
   EXPECT_EQ(index->entries(), 2);
   ExpectOffsetPosition(index->Lookup(kBase + 100), kBase + 20, 200);
   // The freed slots take new entries, and the dropped ones left no trace in the file.
   ASSERT_TRUE(index->Append(kBase + 25, 250).ok());
   EXPECT_TRUE(index->SanityCheck().ok());
+  ASSERT_TRUE(index->Flush().ok());
+  EXPECT_EQ(fs::file_size(Path("a.index")), 24u);
   index.reset();
   auto reopened = OpenOffsets("a.index", 1024, true);
   ASSERT_NE(reopened, nullptr);
   EXPECT_EQ(reopened->entries(), 3);
   ExpectOffsetPosition(reopened->LastEntry(), kBase + 25, 250);
-  reopened->TruncateTo(kBase);  // before the first: everything goes
+  ASSERT_TRUE(reopened->TruncateTo(kBase).ok());  // before the first: everything goes
   EXPECT_EQ(reopened->entries(), 0);
   ExpectOffsetPosition(reopened->Lookup(kBase + 100), kBase, 0);
 }
@@ -202,12 +209,14 @@ TEST_F(IndexTest, OffsetIndexTrimAndReopen) {
     EXPECT_EQ(fs::file_size(Path("a.index")), 32u);
     EXPECT_EQ(index->max_entries(), 4);
     EXPECT_TRUE(index->IsFull());
-    ExpectOffsetPosition(index->Lookup(kBase + 3), kBase + 3, 192);  // still readable
+    EXPECT_FALSE(index->InMemory());
+    ExpectOffsetPosition(index->Lookup(kBase + 3), kBase + 3, 192);  // still readable, from disk
   }
   {
     auto index = OpenOffsets("a.index", 1024, /*writable=*/false);
     ASSERT_NE(index, nullptr);
     EXPECT_EQ(fs::file_size(Path("a.index")), 32u);  // a read-only open leaves the size
+    EXPECT_FALSE(index->InMemory());
     EXPECT_EQ(index->entries(), 4);
     EXPECT_TRUE(index->SanityCheck().ok());
     ExpectOffsetPosition(index->Lookup(kBase + 2), kBase + 2, 128);
@@ -215,21 +224,21 @@ TEST_F(IndexTest, OffsetIndexTrimAndReopen) {
   {
     auto index = OpenOffsets("a.index", 1024, /*writable=*/true);
     ASSERT_NE(index, nullptr);
-    EXPECT_EQ(fs::file_size(Path("a.index")), 1024u);  // grown back for appends
+    EXPECT_EQ(fs::file_size(Path("a.index")), 32u);  // room for appends is in memory only
+    EXPECT_TRUE(index->InMemory());
     EXPECT_EQ(index->entries(), 4);
     EXPECT_EQ(index->max_entries(), 128);
     ASSERT_TRUE(index->Append(kBase + 5, 320).ok());
     EXPECT_TRUE(index->SanityCheck().ok());
+    ASSERT_TRUE(index->TrimToValidSize().ok());
+    EXPECT_EQ(fs::file_size(Path("a.index")), 40u);
   }
 }
 
 TEST_F(IndexTest, OffsetIndexReopenOfUntrimmedFile) {
-  {
-    auto index = OpenOffsets("a.index", 1024, true);
-    ASSERT_NE(index, nullptr);
-    for (int i = 1; i <= 3; ++i) ASSERT_TRUE(index->Append(kBase + 10 * i, 100 * i).ok());
-    // Dropped without trimming, as after a crash.
-  }
+  // Preallocated and never trimmed, as Kafka (and Runnel before it stopped mapping indexes)
+  // leaves an active segment's index after a crash.
+  WriteBytes(Path("a.index"), OffsetFile({{10, 100}, {20, 200}, {30, 300}}, 125));
   EXPECT_EQ(fs::file_size(Path("a.index")), 1024u);
   for (bool writable : {false, true}) {
     auto index = OpenOffsets("a.index", 1024, writable);
@@ -249,7 +258,7 @@ TEST_F(IndexTest, OffsetIndexReopenOfUntrimmedFile) {
 }
 
 TEST_F(IndexTest, OffsetIndexReopenOfEmptyPreallocatedFile) {
-  { ASSERT_NE(OpenOffsets("a.index", 1024, true), nullptr); }
+  WriteBytes(Path("a.index"), OffsetFile({}, 128));
   auto index = OpenOffsets("a.index", 1024, true);
   ASSERT_NE(index, nullptr);
   EXPECT_EQ(index->entries(), 0);
@@ -308,7 +317,7 @@ TEST_F(IndexTest, OffsetIndexZeroMaxSize) {
     EXPECT_EQ(index->Append(kBase, 0).code(), absl::StatusCode::kFailedPrecondition);
     ExpectOffsetPosition(index->Lookup(kBase + 5), kBase, 0);
     ExpectOffsetPosition(index->LastEntry(), kBase, 0);
-    index->TruncateTo(kBase);
+    ASSERT_TRUE(index->TruncateTo(kBase).ok());
     EXPECT_TRUE(index->SanityCheck().ok());
     EXPECT_TRUE(index->Flush().ok());
     EXPECT_TRUE(index->TrimToValidSize().ok());
@@ -325,14 +334,16 @@ TEST_F(IndexTest, OffsetIndexResizeKeepsEntries) {
   for (int i = 1; i <= 6; ++i) ASSERT_TRUE(index->Append(kBase + i, 10 * i).ok());
   ASSERT_TRUE(index->TrimToValidSize().ok());
   ASSERT_TRUE(index->Resize(8 * 10 + 3).ok());
-  EXPECT_EQ(fs::file_size(Path("a.index")), 80u);
+  EXPECT_TRUE(index->InMemory());
   EXPECT_EQ(index->max_entries(), 10);
   ASSERT_TRUE(index->Append(kBase + 7, 70).ok());
   ASSERT_TRUE(index->Resize(16).ok());  // smaller than the entries: they all stay
   EXPECT_EQ(index->entries(), 7);
-  EXPECT_EQ(fs::file_size(Path("a.index")), 56u);
   ExpectOffsetPosition(index->Lookup(kBase + 4), kBase + 4, 40);
   EXPECT_TRUE(index->IsFull());
+  EXPECT_EQ(fs::file_size(Path("a.index")), 48u);  // the seventh is not written yet
+  ASSERT_TRUE(index->TrimToValidSize().ok());
+  EXPECT_EQ(fs::file_size(Path("a.index")), 56u);
 }
 
 TEST_F(IndexTest, ResetRenameAndDelete) {
@@ -348,8 +359,8 @@ TEST_F(IndexTest, ResetRenameAndDelete) {
   ASSERT_TRUE(index->RenameTo(Path("a.index.deleted")).ok());
   EXPECT_EQ(index->path(), Path("a.index.deleted"));
   EXPECT_FALSE(fs::exists(Path("a.index")));
-  ASSERT_TRUE(index->Append(kBase + 3, 6).ok());  // the mapping survives the rename
-  ASSERT_TRUE(index->TrimToValidSize().ok());     // and so does reopening by the new path
+  ASSERT_TRUE(index->Append(kBase + 3, 6).ok());  // appends go on after the rename
+  ASSERT_TRUE(index->TrimToValidSize().ok());     // and are written under the new name
   EXPECT_EQ(fs::file_size(Path("a.index.deleted")), 16u);
 
   EXPECT_FALSE(index->RenameTo(Path("missing-dir/x")).ok());
@@ -364,7 +375,7 @@ TEST_F(IndexTest, ResetRenameAndDelete) {
 TEST_F(IndexTest, TimeIndexWritesKafkaFormat) {
   auto index = OpenTimes("a.timeindex", 100, true);
   ASSERT_NE(index, nullptr);
-  EXPECT_EQ(fs::file_size(Path("a.timeindex")), 96u);
+  EXPECT_EQ(fs::file_size(Path("a.timeindex")), 0u);
   EXPECT_EQ(index->max_entries(), 8);
   ASSERT_TRUE(index->MaybeAppend(0x0102030405060708, kBase + 9).ok());
   ASSERT_TRUE(index->TrimToValidSize().ok());
@@ -421,16 +432,16 @@ TEST_F(IndexTest, TimeIndexTruncate) {
   ASSERT_TRUE(index->MaybeAppend(200, kBase + 20).ok());
   ASSERT_TRUE(index->MaybeAppend(300, kBase + 20).ok());  // two entries at offset +20
   ASSERT_TRUE(index->MaybeAppend(400, kBase + 30).ok());
-  index->TruncateTo(kBase + 31);
+  ASSERT_TRUE(index->TruncateTo(kBase + 31).ok());
   EXPECT_EQ(index->entries(), 4);
-  index->TruncateTo(kBase + 20);  // both entries at +20 go
+  ASSERT_TRUE(index->TruncateTo(kBase + 20).ok());  // both entries at +20 go
   EXPECT_EQ(index->entries(), 1);
   ExpectTimestampOffset(index->LastEntry(), 100, kBase + 10);
   ExpectTimestampOffset(index->Lookup(350), 100, kBase + 10);
   // After truncation a lower timestamp than before is a new maximum again.
   ASSERT_TRUE(index->MaybeAppend(150, kBase + 15).ok());
   EXPECT_TRUE(index->SanityCheck().ok());
-  index->TruncateTo(0);
+  ASSERT_TRUE(index->TruncateTo(0).ok());
   EXPECT_EQ(index->entries(), 0);
   ExpectTimestampOffset(index->LastEntry(), -1, kBase);
 }
@@ -451,11 +462,8 @@ TEST_F(IndexTest, TimeIndexTrimAndReopen) {
 }
 
 TEST_F(IndexTest, TimeIndexReopenOfUntrimmedFile) {
-  {
-    auto index = OpenTimes("a.timeindex", 1200, true);
-    ASSERT_NE(index, nullptr);
-    for (int i = 1; i <= 5; ++i) ASSERT_TRUE(index->MaybeAppend(1000 * i, kBase + i).ok());
-  }
+  WriteBytes(Path("a.timeindex"),
+             TimeFile({{1000, 1}, {2000, 2}, {3000, 3}, {4000, 4}, {5000, 5}}, 95));
   auto index = OpenTimes("a.timeindex", 1200, true);
   ASSERT_NE(index, nullptr);
   EXPECT_EQ(index->entries(), 5);
@@ -464,7 +472,7 @@ TEST_F(IndexTest, TimeIndexReopenOfUntrimmedFile) {
   ASSERT_TRUE(index->MaybeAppend(6000, kBase + 6).ok());
 
   // A preallocated file that was never written has no entries, not one at timestamp 0.
-  { ASSERT_NE(OpenTimes("b.timeindex", 1200, true), nullptr); }
+  WriteBytes(Path("b.timeindex"), TimeFile({}, 100));
   auto empty = OpenTimes("b.timeindex", 1200, true);
   ASSERT_NE(empty, nullptr);
   EXPECT_EQ(empty->entries(), 0);
@@ -511,6 +519,131 @@ TEST_F(IndexTest, TimeIndexZeroMaxSize) {
   EXPECT_TRUE(index->SanityCheck().ok());
 }
 
+// ---------------------------------------------------------------- on disk
+
+TEST_F(IndexTest, OnDiskLookupsReadTheFileAcrossWarmAndColdSections) {
+  constexpr int kEntries = 5000;
+  auto offsets = OpenOffsets("a.index", kEntries * OffsetIndex::kEntrySize, true);
+  auto times = OpenTimes("a.timeindex", kEntries * TimeIndex::kEntrySize, true);
+  ASSERT_NE(offsets, nullptr);
+  ASSERT_NE(times, nullptr);
+  for (int i = 0; i < kEntries; ++i) {
+    ASSERT_TRUE(offsets->Append(kBase + 2 * i + 1, 10 * i + 5).ok());
+    ASSERT_TRUE(times->MaybeAppend(100 * (i + 1), kBase + 2 * i + 1).ok());
+  }
+  ASSERT_TRUE(offsets->TrimToValidSize().ok());
+  ASSERT_TRUE(times->TrimToValidSize().ok());
+  ASSERT_FALSE(offsets->InMemory());
+  ASSERT_FALSE(times->InMemory());
+  ExpectOffsetPosition(offsets->Lookup(kBase), kBase, 0);
+  ExpectTimestampOffset(times->Lookup(99), -1, kBase);
+  for (int i = 0; i < kEntries; i += 7) {
+    ExpectOffsetPosition(offsets->Lookup(kBase + 2 * i + 2), kBase + 2 * i + 1, 10 * i + 5);
+    ExpectTimestampOffset(times->Lookup(100 * (i + 1) + 50), 100 * (i + 1), kBase + 2 * i + 1);
+  }
+  int boundary = kEntries - 1 - 8192 / OffsetIndex::kEntrySize;
+  for (int i = boundary - 2; i <= boundary + 2; ++i) {
+    ExpectOffsetPosition(offsets->Lookup(kBase + 2 * i + 1), kBase + 2 * i + 1, 10 * i + 5);
+    ExpectOffsetPosition(offsets->Lookup(kBase + 2 * i), kBase + 2 * i - 1, 10 * i - 5);
+  }
+  // The last entry within a position and below an offset (what a fetch uses to skip ahead).
+  std::optional<OffsetPosition> within = offsets->LastWithin(10 * 100 + 5, kBase + 2 * 200);
+  ASSERT_TRUE(within.has_value());
+  ExpectOffsetPosition(*within, kBase + 201, 1005);
+  within = offsets->LastWithin(10 * 4000, kBase + 2 * 50);
+  ASSERT_TRUE(within.has_value());
+  ExpectOffsetPosition(*within, kBase + 99, 495);
+  EXPECT_FALSE(offsets->LastWithin(4, kBase + 100).has_value());
+  ExpectOffsetPosition(offsets->EntryAt(kEntries - 1), kBase + 2 * kEntries - 1,
+                       10 * (kEntries - 1) + 5);
+  ExpectTimestampOffset(times->EntryAt(0), 100, kBase + 1);
+}
+
+TEST_F(IndexTest, OnDiskLookupsFollowRenamesAndFallBackToTheSegmentStart) {
+  auto index = OpenOffsets("a.index", 1024, true);
+  ASSERT_NE(index, nullptr);
+  for (int i = 1; i <= 4; ++i) ASSERT_TRUE(index->Append(kBase + 10 * i, 100 * i).ok());
+  ASSERT_TRUE(index->TrimToValidSize().ok());
+  ASSERT_TRUE(index->RenameTo(Path("a.index.deleted")).ok());
+  ExpectOffsetPosition(index->Lookup(kBase + 25), kBase + 20, 200);
+  // Another file under the index's name (a cleaner's swap) is not read as this index.
+  ASSERT_EQ(::rename(Path("a.index.deleted").c_str(), Path("moved").c_str()), 0);
+  WriteBytes(Path("a.index.deleted"), OffsetFile({{1, 1}, {2, 2}, {3, 3}, {4, 4}}));
+  files_.Forget(Path("a.index.deleted"));
+  ExpectOffsetPosition(index->Lookup(kBase + 25), kBase, 0);
+  EXPECT_EQ(index->LastWithin(1 << 20, kBase + 100), std::nullopt);
+  // Nor is a missing file: every lookup answers the segment's start, a safe lower bound.
+  ASSERT_EQ(::unlink(Path("a.index.deleted").c_str()), 0);
+  files_.Forget(Path("a.index.deleted"));
+  ExpectOffsetPosition(index->Lookup(kBase + 25), kBase, 0);
+  ExpectOffsetPosition(index->LastEntry(), kBase + 40, 400);  // kept in memory
+}
+
+TEST_F(IndexTest, ChangesBringAnOnDiskIndexIntoMemory) {
+  {
+    auto index = OpenOffsets("a.index", 1024, true);
+    ASSERT_NE(index, nullptr);
+    for (int i = 1; i <= 5; ++i) ASSERT_TRUE(index->Append(kBase + 10 * i, 100 * i).ok());
+    ASSERT_TRUE(index->TrimToValidSize().ok());
+  }
+  auto index = OpenOffsets("a.index", 1024, /*writable=*/false);
+  ASSERT_NE(index, nullptr);
+  EXPECT_FALSE(index->InMemory());
+  ASSERT_TRUE(index->TruncateTo(kBase + 30).ok());
+  EXPECT_TRUE(index->InMemory());
+  EXPECT_EQ(index->entries(), 2);
+  ExpectOffsetPosition(index->Lookup(kBase + 45), kBase + 20, 200);
+  EXPECT_EQ(fs::file_size(Path("a.index")), 40u);  // written back only when asked
+  ASSERT_TRUE(index->TrimToValidSize().ok());
+  EXPECT_EQ(fs::file_size(Path("a.index")), 16u);
+  EXPECT_FALSE(index->InMemory());
+  ASSERT_TRUE(index->Resize(1024).ok());
+  ASSERT_TRUE(index->Append(kBase + 25, 250).ok());
+  ASSERT_TRUE(index->Flush().ok());
+  EXPECT_EQ(fs::file_size(Path("a.index")), 24u);
+  EXPECT_TRUE(index->InMemory());
+}
+
+// The point of not mapping indexes: thousands of them cost no memory maps (the kernel's
+// vm.max_map_count, 65,530 by default, once ended a node at about 32,000 partitions) and no
+// more descriptors than the file cache holds.
+TEST_F(IndexTest, ThousandsOfIndexesUseNoMemoryMapsAndBoundedDescriptors) {
+  auto count_lines = [](const char* path) {
+    std::ifstream in(path);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) ++n;
+    return n;
+  };
+  auto count_fds = [] {
+    int n = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++n;
+    return n;
+  };
+  const int maps_before = count_lines("/proc/self/maps");
+  const int fds_before = count_fds();
+  constexpr int kIndexes = 2000;
+  std::vector<std::unique_ptr<OffsetIndex>> active;
+  std::vector<std::unique_ptr<TimeIndex>> rolled;
+  for (int i = 0; i < kIndexes; ++i) {
+    auto a = OpenOffsets(fmt::format("{}.index", i), 10 << 20, true);
+    auto t = OpenTimes(fmt::format("{}.timeindex", i), 10 << 20, true);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(t, nullptr);
+    ASSERT_TRUE(a->Append(kBase + 1, 4096).ok());
+    ASSERT_TRUE(t->MaybeAppend(1000, kBase + 1).ok());
+    ASSERT_TRUE(t->TrimToValidSize().ok());
+    active.push_back(std::move(a));
+    rolled.push_back(std::move(t));
+  }
+  for (int i = 0; i < kIndexes; i += 97) {
+    ExpectOffsetPosition(active[size_t(i)]->Lookup(kBase + 5), kBase + 1, 4096);
+    ExpectTimestampOffset(rolled[size_t(i)]->Lookup(2000), 1000, kBase + 1);
+  }
+  // Heap growth may add a handful of maps; two per index would add 4,000.
+  EXPECT_LT(count_lines("/proc/self/maps") - maps_before, 100);
+  EXPECT_LE(count_fds() - fds_before, int(files_.max_open()));
+}
+
 TEST_F(IndexTest, MissingFileIsCreatedEmptyWhenReadOnly) {
   auto index = OpenOffsets("new.index", 1024, /*writable=*/false);
   ASSERT_NE(index, nullptr);
@@ -518,7 +651,7 @@ TEST_F(IndexTest, MissingFileIsCreatedEmptyWhenReadOnly) {
   EXPECT_EQ(fs::file_size(Path("new.index")), 0u);
   EXPECT_EQ(index->entries(), 0);
   EXPECT_TRUE(index->IsFull());
-  EXPECT_FALSE(OffsetIndex::Open(Path("no-such-dir/x.index"), kBase, 1024, true).ok());
+  EXPECT_FALSE(OffsetIndex::Open(Path("no-such-dir/x.index"), kBase, 1024, true, &files_).ok());
 }
 
 }  // namespace
