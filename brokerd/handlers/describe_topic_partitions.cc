@@ -32,15 +32,17 @@ DescribeTopicPartitionsResponse RefuseAll(const DescribeTopicPartitionsRequest& 
   return resp;
 }
 
-ResponsePartition DescribePartition(const MetadataCache& cache, const PartitionInfo& p,
-                                    const std::string& listener) {
+ResponsePartition DescribePartition(const MetadataCache& cache, const std::string& topic,
+                                    const PartitionInfo& p, const std::string& listener,
+                                    const LocalLogs& local) {
   ResponsePartition out;
   out.error_code = ErrorCode::kNone;  // also with no leader: leader_id -1 says it
+  const bool leader_here = FillPartitionReplicas(cache, topic, p, listener, local, &out);
   // A fenced broker leads nothing (the controller moves leadership off it), so "reachable"
   // is Kafka's "registered with this listener".
-  const bool leader_known = p.leader >= 0 && BrokerReachable(cache, p.leader, listener);
+  const bool leader_known =
+      leader_here && p.leader >= 0 && BrokerReachable(cache, p.leader, listener);
   out.leader_id = NodeId(leader_known ? p.leader : -1);
-  FillPartitionReplicas(cache, p, listener, &out);
   out.eligible_leader_replicas.emplace();
   out.last_known_elr.emplace();
   return out;
@@ -51,7 +53,8 @@ ResponsePartition DescribePartition(const MetadataCache& cache, const PartitionI
 DescribeTopicPartitionsResponse DescribeTopicPartitions(const MetadataCache& cache,
                                                         const DescribeTopicPartitionsRequest& req,
                                                         const std::string& listener,
-                                                        int32_t partition_cap) {
+                                                        int32_t partition_cap,
+                                                        const LocalLogs& local) {
   const bool all_topics = req.topics.empty();
   const std::string cursor_topic = req.cursor ? req.cursor->topic_name : "";
 
@@ -106,7 +109,7 @@ DescribeTopicPartitionsResponse DescribeTopicPartitions(const MetadataCache& cac
     const int32_t first = req.cursor && name == cursor_topic ? req.cursor->partition_index : 0;
     auto it = topic->partitions.lower_bound(first);
     for (; it != topic->partitions.end() && remaining > 0; ++it, --remaining) {
-      out.partitions.push_back(DescribePartition(cache, it->second, listener));
+      out.partitions.push_back(DescribePartition(cache, name, it->second, listener, local));
     }
     resp.topics.push_back(std::move(out));
     if (it != topic->partitions.end()) {
@@ -124,7 +127,9 @@ void HandleDescribeTopicPartitions(BrokerContext& broker, std::unique_ptr<Reques
   DescribeTopicPartitionsRequest req;
   if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
   const int32_t cap = broker.config.GetInt("max.request.partition.size.limit");
-  respond(EncodeResponse(*ctx, DescribeTopicPartitions(broker.metadata, req, ctx->listener, cap)));
+  const LocalLogs local{&broker.partitions, broker.node_id};
+  respond(EncodeResponse(*ctx,
+                         DescribeTopicPartitions(broker.metadata, req, ctx->listener, cap, local)));
 }
 
 }  // namespace runnel::brokerd

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "brokerd/controller/metadata_cache.h"
+#include "brokerd/handlers/handler.h"
 #include "common/protocol/messages.h"
 
 namespace runnel::brokerd {
@@ -27,8 +28,10 @@ namespace runnel::brokerd {
 //
 // Runnel has no eligible leader replicas (KIP-966): both ELR lists are empty, as Kafka's
 // are when ELR is off (never null: the Java client reads them unchecked).
+//
+// `local`: a partition led here whose log is missing has no leader (see LocalLogs).
 protocol::DescribeTopicPartitionsResponse DescribeTopicPartitions(
     const MetadataCache& cache, const protocol::DescribeTopicPartitionsRequest& req,
-    const std::string& listener, int32_t partition_cap);
+    const std::string& listener, int32_t partition_cap, const LocalLogs& local = {});
 
 }  // namespace runnel::brokerd

@@ -6,6 +6,7 @@
 // once, on the loop thread (possibly later, after an async controller call).
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <span>
 #include <string>
@@ -147,19 +148,50 @@ inline bool BrokerReachable(const MetadataCache& cache, int32_t id, const std::s
   return false;
 }
 
+// What this broker knows of its own logs beyond the metadata: a partition placed here whose
+// log storaged does not hold is not there to serve, so Metadata and DescribeTopicPartitions
+// give it no leader here rather than claim it (the log is not created yet, or its creation
+// failed: then this broker is also one of its offline replicas). With nothing known of
+// storaged (`view` null, or storaged restarting) the metadata is taken as it is.
+// TODO(replication issue): other nodes' failures reach clients only once brokers report
+// offline replicas to the controller.
+struct LocalLogs {
+  const PartitionView* view = nullptr;
+  int32_t node_id = -1;
+
+  // True when the partition is placed here and its log is missing; `*failed` says whether
+  // storaged refused to create it.
+  bool Missing(const std::string& topic, const PartitionInfo& p, bool* failed) const {
+    *failed = false;
+    if (view == nullptr || !view->ready()) return false;
+    if (std::find(p.replicas.begin(), p.replicas.end(), node_id) == p.replicas.end()) return false;
+    if (view->Find(topic, p.id) != nullptr) return false;
+    *failed = view->CreateFailure(topic, p.id) != nullptr;
+    return true;
+  }
+};
+
 // What Metadata and DescribeTopicPartitions both say of a partition: its index, leader epoch,
-// replicas and ISR as placed, and the replicas offline to clients of `listener`. The leader
-// and the partition's error are each API's own.
+// replicas and ISR as placed, and the replicas offline to clients of `listener` (and this
+// broker when it could not create the partition's log). Returns whether the leader may be
+// given (the leader's log is not missing here); the leader and the partition's error are
+// each API's own.
 template <typename Part>
-void FillPartitionReplicas(const MetadataCache& cache, const PartitionInfo& p,
-                           const std::string& listener, Part* out) {
+bool FillPartitionReplicas(const MetadataCache& cache, const std::string& topic,
+                           const PartitionInfo& p, const std::string& listener,
+                           const LocalLogs& local, Part* out) {
   out->partition_index = p.id;
   out->leader_epoch = p.leader_epoch;
+  bool failed = false;
+  const bool missing = local.Missing(topic, p, &failed);
   for (int32_t r : p.replicas) {
     out->replica_nodes.push_back(NodeId(r));
-    if (!BrokerReachable(cache, r, listener)) out->offline_replicas.push_back(NodeId(r));
+    if (!BrokerReachable(cache, r, listener) || (failed && r == local.node_id)) {
+      out->offline_replicas.push_back(NodeId(r));
+    }
   }
   for (int32_t r : p.isr) out->isr_nodes.push_back(NodeId(r));
+  return !(missing && p.leader == local.node_id);
 }
 
 // Decodes the request body as `Req`; false (after logging one line) when it is malformed,

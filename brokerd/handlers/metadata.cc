@@ -22,7 +22,8 @@ bool BrokerIsLive(const MetadataCache& cache, int32_t id) {
 }
 
 void FillTopic(const MetadataCache& cache, const TopicInfo& topic, const std::string& listener,
-               bool with_operations, MetadataResponse::MetadataResponseTopic* out) {
+               const LocalLogs& local, bool with_operations,
+               MetadataResponse::MetadataResponseTopic* out) {
   out->error_code = ErrorCode::kNone;
   out->name = topic.name;
   out->topic_id = topic.id;
@@ -30,10 +31,10 @@ void FillTopic(const MetadataCache& cache, const TopicInfo& topic, const std::st
   if (with_operations) out->topic_authorized_operations = kAllTopicOperations;
   for (const auto& [id, p] : topic.partitions) {
     MetadataResponse::MetadataResponsePartition part;
-    bool leader_live = p.leader >= 0 && BrokerIsLive(cache, p.leader);
+    const bool leader_here = FillPartitionReplicas(cache, topic.name, p, listener, local, &part);
+    bool leader_live = leader_here && p.leader >= 0 && BrokerIsLive(cache, p.leader);
     part.error_code = leader_live ? ErrorCode::kNone : ErrorCode::kLeaderNotAvailable;
     part.leader_id = NodeId(leader_live ? p.leader : -1);
-    FillPartitionReplicas(cache, p, listener, &part);
     out->partitions.push_back(std::move(part));
   }
 }
@@ -45,6 +46,7 @@ void HandleMetadata(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, 
   if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
   const int16_t version = ctx->header.api_version;
   const MetadataCache& cache = broker.metadata;
+  const LocalLogs local{&broker.partitions, broker.node_id};
 
   MetadataResponse resp;
   std::vector<BrokerAddress> brokers = BrokersOnListener(cache, ctx->listener);
@@ -68,7 +70,7 @@ void HandleMetadata(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, 
   if (all_topics) {
     for (const auto& [name, topic] : cache.topics()) {
       MetadataResponse::MetadataResponseTopic out;
-      FillTopic(cache, topic, ctx->listener, with_topic_ops, &out);
+      FillTopic(cache, topic, ctx->listener, local, with_topic_ops, &out);
       resp.topics.push_back(std::move(out));
     }
     return respond(EncodeResponse(*ctx, resp));
@@ -94,7 +96,7 @@ void HandleMetadata(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, 
         out.name = std::nullopt;
         out.topic_id = want.topic_id;
       } else {
-        FillTopic(cache, *topic, ctx->listener, with_topic_ops, &out);
+        FillTopic(cache, *topic, ctx->listener, local, with_topic_ops, &out);
       }
       resp.topics.push_back(std::move(out));
       continue;
@@ -106,7 +108,7 @@ void HandleMetadata(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, 
     if (!TopicNameError(name).empty()) {
       out.error_code = ErrorCode::kInvalidTopicException;
     } else if (const TopicInfo* topic = cache.FindTopic(name)) {
-      FillTopic(cache, *topic, ctx->listener, with_topic_ops, &out);
+      FillTopic(cache, *topic, ctx->listener, local, with_topic_ops, &out);
     } else if (auto_create && !out.is_internal) {
       // With the broker defaults (num.partitions, default.replication.factor); the answer
       // waits for the controller's.

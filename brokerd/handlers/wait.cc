@@ -69,7 +69,10 @@ void WaitForMetadata(BrokerContext& broker, std::function<bool()> ready, int64_t
 bool PartitionsReadyHere(const BrokerContext& broker, const TopicInfo& topic) {
   for (const auto& [index, p] : topic.partitions) {
     bool here = std::find(p.replicas.begin(), p.replicas.end(), broker.node_id) != p.replicas.end();
-    if (here && broker.partitions.Find(topic.name, index) == nullptr) return false;
+    if (here && broker.partitions.Find(topic.name, index) == nullptr &&
+        broker.partitions.CreateFailure(topic.name, index) == nullptr) {
+      return false;
+    }
   }
   return true;
 }

@@ -15,7 +15,8 @@ void WaitForMetadata(BrokerContext& broker, std::function<bool()> ready, int64_t
                      std::function<void()> then);
 
 // True when storaged holds a log for every partition of `topic` placed on this broker, so
-// produce and fetch find it (CreateTopics and CreatePartitions answer only then).
+// produce and fetch find it, or has refused to create it (then the partition is offline
+// here, see LocalLogs); CreateTopics and CreatePartitions answer only then.
 bool PartitionsReadyHere(const BrokerContext& broker, const TopicInfo& topic);
 
 // The checks a partition of a data request (Produce, Fetch, ListOffsets, DeleteRecords,

@@ -1,6 +1,7 @@
 #include "brokerd/storage/partition_view.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 namespace runnel::brokerd {
@@ -17,6 +18,7 @@ void PartitionView::Apply(const storage::PartitionChange& change, bool snapshot)
       if (partitions_.erase(key) > 0) ++layout_version_;
     } else {
       auto [it, added] = partitions_.try_emplace(key);
+      if (added) create_failures_.erase(key);
       StoredPartition& p = it->second;
       const bool same_log = !added && p.topic_id == s.topic_id();
       if (!same_log) {
@@ -114,6 +116,23 @@ void PartitionView::MarkLost() {
   ++layout_version_;
   waiters_.FireAll();
   Notify();
+}
+
+void PartitionView::SetCreateFailures(std::map<PartitionKey, std::string> failures) {
+  for (auto it = failures.begin(); it != failures.end();) {
+    it = partitions_.count(it->first) > 0 ? failures.erase(it) : std::next(it);
+  }
+  if (failures == create_failures_) return;
+  create_failures_ = std::move(failures);
+  auto once = std::move(next_change_);
+  next_change_.clear();
+  for (const auto& fn : once) fn();
+}
+
+const std::string* PartitionView::CreateFailure(const std::string& topic, int32_t partition) const {
+  if (create_failures_.empty()) return nullptr;
+  auto it = create_failures_.find(PartitionKey(topic, partition));
+  return it == create_failures_.end() ? nullptr : &it->second;
 }
 
 const StoredPartition* PartitionView::Find(const std::string& topic, int32_t partition) const {

@@ -96,12 +96,23 @@ class PartitionView {
 
   size_t watch_count() const { return waiters_.size(); }
 
+  // Logs placed here that storaged could not create, each with storaged's reason (the storage
+  // reconciler's latest answer; it retries them). Such a partition is offline here: Metadata
+  // gives it no leader and lists this broker among its offline replicas. Replacing the set
+  // runs the OnNextChange listeners when it changed (so a CreateTopics waiting for its logs
+  // hears of the failure); a log that appears leaves it at once.
+  void SetCreateFailures(std::map<PartitionKey, std::string> failures);
+  // storaged's reason when the partition's log could not be created; nullptr otherwise.
+  const std::string* CreateFailure(const std::string& topic, int32_t partition) const;
+  const std::map<PartitionKey, std::string>& create_failures() const { return create_failures_; }
+
  private:
   void Notify();
 
   bool ready_ = false;
   uint64_t layout_version_ = 0;
   std::map<PartitionKey, StoredPartition> partitions_;
+  std::map<PartitionKey, std::string> create_failures_;
   PartitionWaiters waiters_;
   std::vector<std::function<void()>> layout_listeners_;
   uint64_t notified_layout_version_ = 0;  // the layout the layout listeners last ran for

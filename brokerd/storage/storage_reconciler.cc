@@ -1,5 +1,7 @@
 #include "brokerd/storage/storage_reconciler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "common/log/log.h"
@@ -11,7 +13,13 @@ namespace {
 const log::ModuleLogger kLog("brokerd.storage");
 
 constexpr std::chrono::milliseconds kCallTimeout{30000};
-constexpr uint64_t kRetryMs = 1000;
+// A failed pass is retried after kFirstRetryMs, doubling while passes keep failing (a full
+// disk may fail thousands of creations each time) up to kMaxRetryMs; a metadata change
+// starts a pass at once anyway.
+constexpr uint64_t kFirstRetryMs = 1000;
+constexpr uint64_t kMaxRetryMs = 30000;
+// New creation failures logged one line each per pass, the rest counted in one line.
+constexpr int kFailuresLoggedPerPass = 10;
 
 bool HostedHere(const PartitionInfo& p, int32_t node_id) {
   return std::find(p.replicas.begin(), p.replicas.end(), node_id) != p.replicas.end();
@@ -103,6 +111,7 @@ void StorageReconciler::Pass() {
 
   if (deletes.partitions_size() + creates.partitions_size() + updates.partitions_size() == 0) {
     in_sync_ = true;
+    RecordCreateFailures({});
     pushed_configs_ = std::move(configs_now);
     return PassDone(true);
   }
@@ -140,7 +149,20 @@ void StorageReconciler::Pass() {
             std::move(creates), kCallTimeout,
             [this, updates = std::move(updates), configs, ok, check](
                 const grpc::Status& s2, storage::PartitionsResponse& r2) mutable {
-              check("create", s2, r2);
+              if (!s2.ok()) {
+                kLog()->warn("create partitions: storaged call failed: {}", s2.error_message());
+                *ok = false;
+              } else {
+                std::map<PartitionKey, std::string> failures;
+                for (const auto& r : r2.partitions()) {
+                  if (Settled(r)) continue;
+                  failures[PartitionKey(r.topic(), r.partition())] =
+                      fmt::format("{} ({})", r.error_message(),
+                                  protocol::ErrorName(protocol::ErrorFromWire(r.error_code())));
+                  *ok = false;
+                }
+                RecordCreateFailures(std::move(failures));
+              }
               storage_.UpdatePartitionConfigs(
                   std::move(updates), kCallTimeout,
                   [this, configs, ok, check](const grpc::Status& s3,
@@ -153,13 +175,42 @@ void StorageReconciler::Pass() {
       });
 }
 
+void StorageReconciler::RecordCreateFailures(std::map<PartitionKey, std::string> failures) {
+  int logged = 0;
+  int unlogged = 0;
+  for (const auto& [key, reason] : failures) {
+    auto known = logged_failures_.find(key);
+    if (known != logged_failures_.end() && known->second == reason) continue;
+    if (logged < kFailuresLoggedPerPass) {
+      kLog()->warn("cannot create the log of {}-{}: {}; it is offline here, retried later",
+                   key.first, key.second, reason);
+      ++logged;
+    } else {
+      ++unlogged;
+    }
+  }
+  if (unlogged > 0) {
+    kLog()->warn("cannot create the logs of {} more partition(s) either; {} offline here in all",
+                 unlogged, failures.size());
+  }
+  for (const auto& [key, reason] : logged_failures_) {
+    if (failures.count(key) == 0 && states_.Find(key.first, key.second) != nullptr) {
+      kLog()->info("created the log of {}-{} (failed before)", key.first, key.second);
+    }
+  }
+  logged_failures_ = failures;
+  states_.SetCreateFailures(std::move(failures));
+}
+
 void StorageReconciler::PassDone(bool ok) {
   running_ = false;
   if (closed_) return;
   if (!ok) {
-    retry_timer_.Start(kRetryMs, 0, [this] { Kick(); });
+    retry_timer_.Start(retry_ms_, 0, [this] { Kick(); });
+    retry_ms_ = std::min(retry_ms_ * 2, kMaxRetryMs);
     return;
   }
+  retry_ms_ = kFirstRetryMs;
   if (again_) Pass();
 }
 

@@ -3,8 +3,10 @@
 // longer exists under the name), and pushes topic config changes.
 //
 // It runs on the loop after every metadata update and every storaged snapshot, one pass at
-// a time; a pass that fails is retried after a second. storaged restarting is covered: its
-// fresh snapshot starts a new pass.
+// a time; a pass that fails is retried after a second, then after twice as long each time it
+// fails again (up to 30 s). storaged restarting is covered: its fresh snapshot starts a new
+// pass. A log storaged cannot create (a full disk, a resource limit) is recorded in the
+// partition view as offline here, with storaged's reason, logged once, and retried.
 #pragma once
 
 #include <functional>
@@ -40,6 +42,9 @@ class StorageReconciler {
  private:
   void Pass();
   void PassDone(bool ok);
+  // Gives the partition view the logs storaged could not create this pass (each with its
+  // reason), logging each failure once, not once a pass.
+  void RecordCreateFailures(std::map<PartitionKey, std::string> failures);
 
   EventLoop& loop_;
   const MetadataCache& metadata_;
@@ -52,6 +57,9 @@ class StorageReconciler {
   bool in_sync_ = false;
   bool closed_ = false;
   UvTimer retry_timer_;
+  uint64_t retry_ms_ = 1000;
+  // The creation failures last recorded, as logged.
+  std::map<PartitionKey, std::string> logged_failures_;
   // What each topic's partitions were last given, by topic name.
   std::map<std::string, std::map<std::string, std::string>> pushed_configs_;
 };

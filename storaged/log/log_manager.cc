@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <set>
+#include <system_error>
 
 #include "common/log/log.h"
 #include "storaged/log/cleaner.h"
@@ -82,7 +84,8 @@ Status LogManager::LoadDir(const std::string& dir) {
   ::closedir(d);
   std::sort(names.begin(), names.end());
 
-  // Partitions load in parallel (num.recovery.threads.per.data.dir); a failure stops start.
+  // Partitions load in parallel (num.recovery.threads.per.data.dir). One that fails to load
+  // goes offline and the others load: a node never stays down for one partition.
   std::vector<TopicPartition> todo;
   for (const std::string& name : names) {
     if (IsDeletedPartitionDirName(name)) {
@@ -117,12 +120,18 @@ Status LogManager::LoadDir(const std::string& dir) {
                     find(start_offsets, 0), clean, &report);
       std::lock_guard lock(mu);
       if (!log.ok()) {
-        if (first_error.ok()) {
-          first_error =
-              absl::Status(log.status().code(),
-                           fmt::format("loading {}: {}", tp.ToString(), log.status().message()));
-        }
-        return;
+        kLog()->error("[{}] cannot be loaded: {}; it stays offline (other partitions serve)",
+                      tp.ToString(), log.status().message());
+        OfflineLog off;
+        off.dir = dir;
+        off.recovery_point = find(recovery_points, 0);
+        off.log_start_offset = find(start_offsets, 0);
+        off.first_dirty_offset = find(*dirty, 0);
+        off.clean = clean;
+        off.reason = std::string(log.status().message());
+        MutexLock llock(&logs_mu_);
+        offline_[tp] = std::move(off);
+        continue;
       }
       (*log)->set_first_dirty_offset(std::max(find(*dirty, 0), (*log)->State().log_start_offset));
       MutexLock llock(&logs_mu_);
@@ -145,7 +154,16 @@ Status LogManager::LoadDir(const std::string& dir) {
   };
   int threads = std::max(1, std::min<int>(options_.recovery_threads_per_dir, int(todo.size())));
   std::vector<std::thread> pool;
-  for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
+  for (int i = 1; i < threads; ++i) {
+    try {
+      pool.emplace_back(worker);
+    } catch (const std::system_error& e) {
+      // Fewer threads only make loading slower.
+      kLog()->warn("{}: loading with {} thread(s), not {}: cannot start another: {}", dir, i,
+                   threads, e.what());
+      break;
+    }
+  }
   worker();
   for (std::thread& t : pool) t.join();
   RUNNEL_RETURN_IF_ERROR(first_error);
@@ -182,7 +200,14 @@ StatusOr<std::shared_ptr<Log>> LogManager::CreateLog(
     // the directory, metadata file and index files of a new partition.
     MutexLock create(&create_mu_);
     log = GetLog(tp);
-    if (!log) {
+    bool offline = false;
+    {
+      MutexLock lock(&logs_mu_);
+      offline = offline_.count(tp) > 0;
+    }
+    if (!log && offline) {
+      RUNNEL_ASSIGN_OR_RETURN(log, LoadOffline(tp, config));
+    } else if (!log) {
       std::string dir;
       {
         // The dir with the fewest partitions takes it.
@@ -195,10 +220,19 @@ StatusOr<std::shared_ptr<Log>> LogManager::CreateLog(
           if (count[d] < count[dir]) dir = d;
         }
       }
-      RUNNEL_ASSIGN_OR_RETURN(
-          std::unique_ptr<Log> created,
-          Log::Open(MakeLogOptions(dir, tp, config), topic_id, 0, 0, true, nullptr));
-      log = std::shared_ptr<Log>(std::move(created));
+      // What the creation makes is removed when it fails: nothing half created stays.
+      const std::string partition_dir = Join(dir, tp.ToString());
+      const bool existed = ::access(partition_dir.c_str(), F_OK) == 0;
+      StatusOr<std::unique_ptr<Log>> created =
+          Log::Open(MakeLogOptions(dir, tp, config), topic_id, 0, 0, true, nullptr);
+      if (!created.ok()) {
+        if (!existed) {
+          std::error_code ec;
+          std::filesystem::remove_all(partition_dir, ec);
+        }
+        return created.status();
+      }
+      log = std::shared_ptr<Log>(std::move(*created));
       {
         MutexLock lock(&logs_mu_);
         logs_[tp] = log;
@@ -214,6 +248,38 @@ StatusOr<std::shared_ptr<Log>> LogManager::CreateLog(
   log->SetConfig(config);
   OnChange(tp, log->State());
   return log;
+}
+
+StatusOr<std::shared_ptr<Log>> LogManager::LoadOffline(const TopicPartition& tp,
+                                                       const LogConfig& config) {
+  OfflineLog off;
+  {
+    MutexLock lock(&logs_mu_);
+    off = offline_.at(tp);
+  }
+  LoadReport report;
+  StatusOr<std::unique_ptr<Log>> loaded =
+      Log::Open(MakeLogOptions(off.dir, tp, config), "", off.recovery_point, off.log_start_offset,
+                off.clean, &report);
+  MutexLock lock(&logs_mu_);
+  if (!loaded.ok()) {
+    offline_[tp].reason = std::string(loaded.status().message());
+    return loaded.status();
+  }
+  std::shared_ptr<Log> log(std::move(*loaded));
+  log->set_first_dirty_offset(std::max(off.first_dirty_offset, log->State().log_start_offset));
+  offline_.erase(tp);
+  logs_[tp] = log;
+  log_dir_of_[tp] = off.dir;
+  kLog()->info("[{}] loaded in {} (offline since start: {})", tp.ToString(), off.dir, off.reason);
+  return log;
+}
+
+std::map<TopicPartition, std::string> LogManager::OfflineLogs() const {
+  std::map<TopicPartition, std::string> out;
+  MutexLock lock(&logs_mu_);
+  for (const auto& [tp, off] : offline_) out[tp] = off.reason;
+  return out;
 }
 
 Status LogManager::UpdateConfig(const TopicPartition& tp,
@@ -370,6 +436,12 @@ Status LogManager::WriteCheckpoints() {
       start[d][tp] = s.log_start_offset;
       dirty[d][tp] = log->first_dirty_offset();
     }
+    // An offline partition keeps what the checkpoints said of it.
+    for (const auto& [tp, off] : offline_) {
+      recovery[off.dir][tp] = off.recovery_point;
+      start[off.dir][tp] = off.log_start_offset;
+      dirty[off.dir][tp] = off.first_dirty_offset;
+    }
   }
   for (const std::string& d : options_.dirs) {
     RUNNEL_RETURN_IF_ERROR(
@@ -484,8 +556,24 @@ Status LogManager::Shutdown() {
   Status cp = WriteCheckpoints();
   if (!cp.ok() && result.ok()) result = cp;
   // The marker says "every log above was flushed and checkpointed": only then.
+  // A partition still offline that was not stopped cleanly before is not clean now either:
+  // its dir gets no marker, so the next start recovers what needs it.
+  std::set<std::string> unclean;
+  {
+    MutexLock lock(&logs_mu_);
+    for (const auto& [tp, off] : offline_) {
+      if (!off.clean) unclean.insert(off.dir);
+    }
+  }
   if (result.ok()) {
     for (const std::string& d : options_.dirs) {
+      if (unclean.count(d) > 0) {
+        kLog()->warn(
+            "{}: no clean-shutdown marker: a partition offline since an unclean start "
+            "is still to recover",
+            d);
+        continue;
+      }
       Status s = WriteFileDurably(Join(d, kCleanShutdownMarker), "{\"version\":0}\n");
       if (!s.ok() && result.ok()) result = s;
     }

@@ -77,6 +77,12 @@ class LogManager {
   // shutdown marker in every dir.
   Status Shutdown();
 
+  // Partitions whose logs could not be loaded at start (a resource error, damage beyond what
+  // recovery mends), with the reason. They are out of service while the rest of the node
+  // serves; CreateLog of one tries to load it again, as at start; the checkpoints keep what
+  // they said of it.
+  std::map<TopicPartition, std::string> OfflineLogs() const;
+
   const LoadReport& load_report() const { return load_report_; }
   FileCache& files() { return files_; }
 
@@ -85,6 +91,9 @@ class LogManager {
   LogOptions MakeLogOptions(const std::string& dir, const TopicPartition& tp,
                             const LogConfig& config);
   Status LoadDir(const std::string& dir);
+  // CreateLog of a partition that failed to load at start: loads it as start would have.
+  StatusOr<std::shared_ptr<Log>> LoadOffline(const TopicPartition& tp, const LogConfig& config)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
   void OnChange(const TopicPartition& tp, const LogState& state);
   void OnRoll(const TopicPartition& tp, int64_t offset);
   void BackgroundLoop();
@@ -102,6 +111,16 @@ class LogManager {
   std::map<TopicPartition, std::shared_ptr<Log>> logs_ ABSL_GUARDED_BY(logs_mu_);
   // partition -> the log dir holding it
   std::map<TopicPartition, std::string> log_dir_of_ ABSL_GUARDED_BY(logs_mu_);
+  // A partition that failed to load, and how to load it again.
+  struct OfflineLog {
+    std::string dir;
+    int64_t recovery_point = 0;
+    int64_t log_start_offset = 0;
+    int64_t first_dirty_offset = 0;
+    bool clean = false;  // its dir had the clean-shutdown marker at start
+    std::string reason;
+  };
+  std::map<TopicPartition, OfflineLog> offline_ ABSL_GUARDED_BY(logs_mu_);
 
   Mutex subscribers_mu_;
   int next_subscriber_ ABSL_GUARDED_BY(subscribers_mu_) = 1;

@@ -39,13 +39,14 @@ class DescribeTopicPartitionsTest : public ::testing::Test {
 
   DescribeTopicPartitionsResponse Describe(
       std::vector<std::string> names, int32_t limit = 2000,
-      std::optional<std::pair<std::string, int32_t>> cursor = std::nullopt, int32_t cap = 2000) {
+      std::optional<std::pair<std::string, int32_t>> cursor = std::nullopt, int32_t cap = 2000,
+      const LocalLogs& local = {}) {
     DescribeTopicPartitionsRequest req;
     for (std::string& n : names) req.topics.push_back({std::move(n), {}});
     req.response_partition_limit = limit;
     if (cursor)
       req.cursor = DescribeTopicPartitionsRequest::Cursor{cursor->first, cursor->second, {}};
-    return DescribeTopicPartitions(cache_, req, kListener, cap);
+    return DescribeTopicPartitions(cache_, req, kListener, cap, local);
   }
 
   MetadataCache cache_;
@@ -238,6 +239,44 @@ TEST_F(DescribeTopicPartitionsTest, LeaderAndOfflineReplicasFollowTheListener) {
   const auto& e = resp.topics[1].partitions.at(0);
   EXPECT_EQ(e.error_code, ErrorCode::kNone);  // no leader is said by leader_id alone
   EXPECT_EQ(e.leader_id, NodeId(-1));
+}
+
+// A partition led here whose log storaged does not hold is not claimed: no leader, and this
+// broker among its offline replicas when storaged refused to create the log.
+TEST_F(DescribeTopicPartitionsTest, PartitionsWithoutALogHereHaveNoLeader) {
+  PartitionView view;
+  storage::PartitionChange snapshot;
+  for (int32_t p : {0, 2}) {
+    storage::PartitionState* s = snapshot.add_partitions();
+    s->set_topic("a");
+    s->set_partition(p);
+    s->set_topic_id("id");
+  }
+  view.Apply(snapshot, /*snapshot=*/true);
+  view.SetCreateFailures({{PartitionKey("a", 1), "No space left on device"}});
+  DescribeTopicPartitionsResponse resp =
+      Describe({"a", "b"}, 2000, std::nullopt, 2000, LocalLogs{&view, 1});
+  ASSERT_EQ(resp.topics.size(), 2u);
+  const auto& a = resp.topics[0].partitions;
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a[0].leader_id, NodeId(1));
+  EXPECT_TRUE(a[0].offline_replicas.empty());
+  EXPECT_EQ(a[1].leader_id, NodeId(-1)) << "its creation failed";
+  EXPECT_EQ(a[1].offline_replicas, std::vector<NodeId>{NodeId(1)});
+  EXPECT_EQ(a[2].leader_id, NodeId(1));
+  // b's logs are not there (yet): no leader, not offline.
+  for (const auto& p : resp.topics[1].partitions) {
+    EXPECT_EQ(p.leader_id, NodeId(-1));
+    EXPECT_TRUE(p.offline_replicas.empty());
+  }
+  // With nothing known of storaged (restarting), the metadata stands.
+  view.MarkLost();
+  resp = Describe({"b"}, 2000, std::nullopt, 2000, LocalLogs{&view, 1});
+  EXPECT_EQ(resp.topics[0].partitions[0].leader_id, NodeId(1));
+  // Another broker's partitions are not this broker's to judge.
+  view.Apply(snapshot, /*snapshot=*/true);
+  resp = Describe({"b"}, 2000, std::nullopt, 2000, LocalLogs{&view, 2});
+  EXPECT_EQ(resp.topics[0].partitions[0].leader_id, NodeId(1));
 }
 
 }  // namespace

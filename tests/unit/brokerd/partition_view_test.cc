@@ -307,5 +307,25 @@ TEST_F(PartitionStatesTailTest, DropTailForgetsOnePartition) {
   EXPECT_EQ(Read(2, 1 << 20), "/seg0:200+100 ");
 }
 
+TEST_F(PartitionStatesAdvanceTest, CreateFailuresAreKeptUntilTheLogAppearsAndWakeWaiters) {
+  int changes = 0;
+  states_.OnNextChange([&] { ++changes; });
+  states_.SetCreateFailures({{PartitionKey("t", 1), "no space"}, {PartitionKey("t", 0), "x"}});
+  EXPECT_EQ(changes, 1);
+  // t-0 exists: a failure recorded for it says nothing.
+  EXPECT_EQ(states_.CreateFailure("t", 0), nullptr);
+  ASSERT_NE(states_.CreateFailure("t", 1), nullptr);
+  EXPECT_EQ(*states_.CreateFailure("t", 1), "no space");
+  EXPECT_EQ(listener_runs_, 0) << "a failure changes no log: the reconciler must not rerun";
+  // The same set again is no change.
+  states_.OnNextChange([&] { ++changes; });
+  states_.SetCreateFailures({{PartitionKey("t", 1), "no space"}});
+  EXPECT_EQ(changes, 1);
+  // The log appears (a later pass created it): the failure goes with that message.
+  states_.Apply(Change("t", 1, "id-a", 0), /*snapshot=*/false);
+  EXPECT_EQ(states_.CreateFailure("t", 1), nullptr);
+  EXPECT_TRUE(states_.create_failures().empty());
+}
+
 }  // namespace
 }  // namespace runnel::brokerd

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "tests/unit/storaged/log/log_test_util.h"
 #include "tests/util/temp_dir.h"
@@ -130,6 +131,102 @@ TEST_F(LogManagerTest, BadTopicConfigsAreRefusedNamingTheKey) {
   ASSERT_FALSE(log.ok());
   EXPECT_NE(std::string(log.status().message()).find("segment.bytes"), std::string::npos);
   EXPECT_EQ(m->GetLog({"t", 0}), nullptr);
+}
+
+// A partition that cannot be loaded (here: its index is a directory, as a file that cannot be
+// opened) goes offline at start; the rest of the node serves, the checkpoints keep what they
+// said of it, and CreateLog loads it once the cause is gone.
+TEST_F(LogManagerTest, APartitionThatCannotLoadGoesOfflineAndTheRestServe) {
+  std::string t1_dir;
+  {
+    auto m = Open();
+    Append(**m->CreateLog({"t", 0}, kTopicId, {}), 3);
+    auto t1 = m->CreateLog({"t", 1}, kTopicId, {});
+    ASSERT_TRUE(t1.ok()) << t1.status();
+    Append(**t1, 6);
+    protocol::ErrorCode error = protocol::ErrorCode::kNone;
+    ASSERT_TRUE((*t1)->DeleteRecordsBefore(10, &error).ok());
+    ASSERT_EQ(error, protocol::ErrorCode::kNone);
+    t1_dir = Exists(a_.path() + "/t-1") ? a_.path() + "/t-1" : b_.path() + "/t-1";
+    ASSERT_TRUE(m->Shutdown().ok());
+  }
+  const std::string index = t1_dir + "/00000000000000000000.index";
+  std::filesystem::remove(index);
+  std::filesystem::create_directory(index);
+  {
+    auto m = Open();
+    ASSERT_NE(m, nullptr) << "one partition must not stop the node";
+    EXPECT_NE(m->GetLog({"t", 0}), nullptr);
+    EXPECT_EQ(m->GetLog({"t", 1}), nullptr);
+    std::map<TopicPartition, std::string> offline = m->OfflineLogs();
+    ASSERT_EQ(offline.size(), 1u);
+    EXPECT_NE(offline.begin()->second.find("00000000000000000000.index"), std::string::npos)
+        << offline.begin()->second;
+    // Still broken: CreateLog tries to load it, fails with the reason, creates nothing else.
+    auto again = m->CreateLog({"t", 1}, kTopicId, {});
+    EXPECT_FALSE(again.ok());
+    EXPECT_EQ(m->OfflineLogs().size(), 1u);
+    ASSERT_TRUE(m->WriteCheckpoints().ok());
+    ASSERT_TRUE(m->Shutdown().ok());  // a clean stop, with the partition still offline
+  }
+  // Mended: the next start loads it with its data and its log start offset.
+  std::filesystem::remove(index);
+  auto m = Open();
+  ASSERT_NE(m, nullptr);
+  EXPECT_TRUE(m->OfflineLogs().empty());
+  std::shared_ptr<Log> t1 = m->GetLog({"t", 1});
+  ASSERT_NE(t1, nullptr);
+  EXPECT_EQ(t1->State().log_end_offset, 30);
+  EXPECT_EQ(t1->State().log_start_offset, 10) << "the checkpoint kept the log start";
+}
+
+TEST_F(LogManagerTest, AnOfflinePartitionIsLoadedByCreateLogOnceMended) {
+  std::string t0_dir;
+  {
+    auto m = Open();
+    Append(**m->CreateLog({"t", 0}, kTopicId, {}), 4);
+    t0_dir = Exists(a_.path() + "/t-0") ? a_.path() + "/t-0" : b_.path() + "/t-0";
+    ASSERT_TRUE(m->Shutdown().ok());
+  }
+  const std::string index = t0_dir + "/00000000000000000000.timeindex";
+  std::filesystem::remove(index);
+  std::filesystem::create_directory(index);
+  auto m = Open();
+  ASSERT_NE(m, nullptr);
+  ASSERT_EQ(m->OfflineLogs().size(), 1u);
+  std::filesystem::remove(index);
+  auto log = m->CreateLog({"t", 0}, kTopicId, {});
+  ASSERT_TRUE(log.ok()) << log.status();
+  EXPECT_EQ((*log)->State().log_end_offset, 20);
+  EXPECT_TRUE(m->OfflineLogs().empty());
+  EXPECT_EQ(m->GetLog({"t", 0}), *log);
+}
+
+// A creation that fails after making the partition's directory removes it: nothing half
+// created stays. The failure: a log dir so deep that the partition's directory fits within
+// PATH_MAX but its files do not (ENAMETOOLONG).
+TEST_F(LogManagerTest, AFailedCreationLeavesNothingBehind) {
+  std::string deep = a_.path();
+  const std::string component(200, 'd');
+  while (deep.size() + 1 + component.size() <= 4050) deep += "/" + component;
+  deep += "/" + std::string(4050 - deep.size() - 1, 'e');
+  ASSERT_EQ(deep.size(), 4050u);
+  ASSERT_TRUE(std::filesystem::create_directories(deep));
+  LogManagerOptions o;
+  o.dirs = {deep};
+  o.now_ms = [this] { return now_; };
+  StatusOr<std::unique_ptr<LogManager>> m = LogManager::Open(o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::string topic = "abcdefghijklmnopqrstuvwx";  // "<topic>-0" is 26 characters
+  auto log = (*m)->CreateLog({topic, 0}, kTopicId, {});
+  ASSERT_FALSE(log.ok());
+  EXPECT_NE(std::string(log.status().message()).find("too long"), std::string::npos)
+      << log.status();
+  EXPECT_FALSE(Exists(deep + "/" + topic + "-0"));
+  EXPECT_EQ((*m)->GetLog({topic, 0}), nullptr);
+  // A shorter name fits and is created.
+  EXPECT_TRUE((*m)->CreateLog({"t", 0}, kTopicId, {}).ok());
+  ASSERT_TRUE((*m)->Shutdown().ok());
 }
 
 }  // namespace
