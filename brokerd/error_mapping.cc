@@ -6,15 +6,21 @@ using protocol::ErrorCode;
 
 namespace {
 
-// What a client can be told about a failed call: it took too long, the other daemon could
-// not be reached (restarting, or no leader), or it failed in a way retrying the same call
-// will not mend.
+// What a client can be told about a failed call: it took too long or the other daemon had
+// no thread free for it (its bounded gRPC pool: the call was not run, a retry will be), the
+// other daemon could not be reached (restarting, or no leader), or it failed in a way
+// retrying the same call will not mend.
 enum class CallFailure { kTimedOut, kUnreachable, kFailed };
 
 CallFailure Classify(const grpc::Status& status) {
   switch (status.error_code()) {
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       return CallFailure::kTimedOut;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      // gRPC says so too of a message over the size limit, which no retry mends.
+      return status.error_message().find("larger than max") != std::string::npos
+                 ? CallFailure::kFailed
+                 : CallFailure::kTimedOut;
     case grpc::StatusCode::UNAVAILABLE:
       return CallFailure::kUnreachable;
     case grpc::StatusCode::OK:  // not a failure: a caller maps a failed call only
@@ -25,7 +31,6 @@ CallFailure Classify(const grpc::Status& status) {
     case grpc::StatusCode::NOT_FOUND:
     case grpc::StatusCode::ALREADY_EXISTS:
     case grpc::StatusCode::PERMISSION_DENIED:
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
     case grpc::StatusCode::FAILED_PRECONDITION:
     case grpc::StatusCode::OUT_OF_RANGE:
     case grpc::StatusCode::UNIMPLEMENTED:

@@ -4,8 +4,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 
 #include "common/grpc/unix_server.h"
 #include "common/log/log.h"
@@ -49,25 +51,54 @@ LogManagerOptions LogManagerOptionsFromConfig(const config::Config& config,
 
 namespace {
 
-// Segment files are kept open up to runnel.storage.max.open.files, besides gRPC's sockets
-// and the index files being mapped: the usual soft limit of 1024 descriptors is too few.
-// Raise it to the hard limit (what systemd's LimitNOFILE or the shell allows), and say so
-// when even that leaves little room.
-void RaiseFileLimit(size_t max_open_files, spdlog::logger& logger) {
+// Segment and index files are kept open up to runnel.storage.max.open.files, besides gRPC's
+// sockets: the usual soft limit of 1024 descriptors is too few. Raise it to the hard limit
+// (what systemd's LimitNOFILE or the shell allows). When even that leaves too little room,
+// the file cache is made smaller to fit, and the log says so: storaged never runs out of
+// descriptors by design (deploy/README.md says how to raise the limit). Returns the file
+// cache's size.
+size_t FitFileLimit(size_t max_open_files, spdlog::logger& logger) {
+  constexpr size_t kReserved = 256;  // sockets, checkpoint and metadata files, logs
+  constexpr size_t kFewest = 64;
   struct rlimit lim;
-  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return max_open_files;
   if (lim.rlim_cur < lim.rlim_max) {
     rlim_t old = lim.rlim_cur;
     lim.rlim_cur = lim.rlim_max;
     if (::setrlimit(RLIMIT_NOFILE, &lim) == 0) {
       logger.info("open file limit raised from {} to {}", old, lim.rlim_cur);
+    } else {
+      lim.rlim_cur = old;
     }
   }
-  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < max_open_files + 256) {
+  if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= max_open_files + kReserved) {
+    return max_open_files;
+  }
+  size_t fit = std::max(
+      kFewest, size_t(lim.rlim_cur) > kReserved ? size_t(lim.rlim_cur) - kReserved : size_t{0});
+  logger.warn(
+      "the open file limit {} leaves too little room for runnel.storage.max.open.files={}: "
+      "keeping at most {} segment and index files open (slower reads of many partitions); "
+      "raise LimitNOFILE (deploy/README.md) or lower the key",
+      lim.rlim_cur, max_open_files, fit);
+  return fit;
+}
+
+// Says what the memory map limit is. storaged maps no index file (a partition costs no map
+// whatever their number), so only threads and the allocator use maps; a limit far below the
+// kernel's default still deserves a line when something else on the host lowered it.
+void ReportMapLimit(spdlog::logger& logger) {
+  std::ifstream in("/proc/sys/vm/max_map_count");
+  int64_t limit = 0;
+  if (!(in >> limit)) return;
+  constexpr int64_t kLow = 16384;
+  if (limit < kLow) {
     logger.warn(
-        "the open file limit {} leaves little room beyond "
-        "runnel.storage.max.open.files={}: raise LimitNOFILE or lower the key",
-        lim.rlim_cur, max_open_files);
+        "vm.max_map_count is {}, below {}: storaged maps no index file, but threads and "
+        "memory need maps too; deploy/README.md says how to raise it",
+        limit, kLow);
+  } else {
+    logger.info("vm.max_map_count is {} (storaged maps no index file: partitions use none)", limit);
   }
 }
 
@@ -76,7 +107,9 @@ void RaiseFileLimit(size_t max_open_files, spdlog::logger& logger) {
 StatusOr<std::unique_ptr<Application>> Application::Start(const config::Config& config) {
   auto logger = log::Get("storaged");
   std::unique_ptr<Application> app(new Application());
-  RaiseFileLimit(static_cast<size_t>(config.GetInt("runnel.storage.max.open.files")), *logger);
+  const size_t max_open_files =
+      FitFileLimit(static_cast<size_t>(config.GetInt("runnel.storage.max.open.files")), *logger);
+  ReportMapLimit(*logger);
 
   RUNNEL_ASSIGN_OR_RETURN(LogDirs dirs,
                           LogDirs::Open(config.GetList("log.dirs"), config.GetInt("node.id")));
@@ -85,7 +118,9 @@ StatusOr<std::unique_ptr<Application>> Application::Start(const config::Config& 
   for (const LogDirState& d : app->dirs_->dirs()) paths.push_back(d.path);
 
   auto started = std::chrono::steady_clock::now();
-  RUNNEL_ASSIGN_OR_RETURN(app->logs_, LogManager::Open(LogManagerOptionsFromConfig(config, paths)));
+  LogManagerOptions options = LogManagerOptionsFromConfig(config, paths);
+  options.max_open_files = max_open_files;
+  RUNNEL_ASSIGN_OR_RETURN(app->logs_, LogManager::Open(std::move(options)));
   LogLoadReport(*app->logs_, app->logs_->AllLogs().size());
   logger->info("logs loaded in {} ms", std::chrono::duration_cast<std::chrono::milliseconds>(
                                            std::chrono::steady_clock::now() - started)

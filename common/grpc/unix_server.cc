@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -27,7 +28,7 @@ std::string UnixTarget(const std::string& socket_path) {
 
 StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(const std::string& socket_path,
                                                         const std::vector<grpc::Service*>& services,
-                                                        bool serving) {
+                                                        bool serving, int max_threads) {
   if (socket_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
     return absl::InvalidArgumentError(
         fmt::format("socket path {} is too long for a Unix socket", socket_path));
@@ -48,6 +49,9 @@ StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(const std::string& socke
   builder.AddListeningPort(UnixTarget(bind_path), grpc::InsecureServerCredentials());
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
+  grpc::ResourceQuota quota("runnel:" + socket_path);
+  quota.SetMaxThreads(max_threads);
+  builder.SetResourceQuota(quota);
   for (grpc::Service* s : services) builder.RegisterService(s);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) {

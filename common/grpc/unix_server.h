@@ -24,9 +24,14 @@ std::string UnixTarget(const std::string& socket_path);
 // service alone gives the server no completion queue to poll, and it refuses to start.
 // With `serving` false the health is NOT_SERVING from the first connection on (the socket
 // is bound under a temporary name and renamed once the status is set).
+// The server runs calls on at most `max_threads` threads, whatever the load: a call that
+// finds none free is answered RESOURCE_EXHAUSTED at once ("Server Threadpool Exhausted")
+// and not run, which callers treat as retriable (brokerd/error_mapping.h).
+constexpr int kDefaultServerThreads = 256;
 StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(const std::string& socket_path,
                                                         const std::vector<grpc::Service*>& services,
-                                                        bool serving = true);
+                                                        bool serving = true,
+                                                        int max_threads = kDefaultServerThreads);
 
 // Shuts `server` down, letting calls in flight run until `deadline`, and removes its socket
 // file. gRPC removes the file it bound itself, but not one renamed into place (`serving`

@@ -22,13 +22,26 @@ std::vector<StatusCode> AllStatusCodes() {
   return all;
 }
 
+// The other daemon's answer was late, or it had no thread free for the call (its gRPC
+// pool is bounded): both are worth a retry.
+bool Busy(StatusCode c) {
+  return c == StatusCode::DEADLINE_EXCEEDED || c == StatusCode::RESOURCE_EXHAUSTED;
+}
+
 TEST(ErrorMappingTest, StorageCallFailures) {
   for (StatusCode c : AllStatusCodes()) {
-    const ErrorCode want = c == StatusCode::DEADLINE_EXCEEDED ? ErrorCode::kRequestTimedOut
-                           : c == StatusCode::UNAVAILABLE     ? ErrorCode::kNotLeaderOrFollower
-                                                              : ErrorCode::kKafkaStorageError;
+    const ErrorCode want = Busy(c)                        ? ErrorCode::kRequestTimedOut
+                           : c == StatusCode::UNAVAILABLE ? ErrorCode::kNotLeaderOrFollower
+                                                          : ErrorCode::kKafkaStorageError;
     EXPECT_EQ(StorageCallError(grpc::Status(c, "x")), want) << "grpc code " << c;
   }
+  // A message over gRPC's size limit is no busy server: a retry would fail the same way.
+  EXPECT_EQ(StorageCallError(grpc::Status(StatusCode::RESOURCE_EXHAUSTED,
+                                          "Received message larger than max (9 vs. 4)")),
+            ErrorCode::kKafkaStorageError);
+  EXPECT_EQ(
+      StorageCallError(grpc::Status(StatusCode::RESOURCE_EXHAUSTED, "Server Threadpool Exhausted")),
+      ErrorCode::kRequestTimedOut);
 }
 
 TEST(ErrorMappingTest, StorageCallFailuresAreAlwaysRetriableNeverUnknownServerError) {
@@ -43,9 +56,9 @@ TEST(ErrorMappingTest, StorageCallFailuresAreAlwaysRetriableNeverUnknownServerEr
 
 TEST(ErrorMappingTest, ControllerCallFailures) {
   for (StatusCode c : AllStatusCodes()) {
-    const ErrorCode want = c == StatusCode::DEADLINE_EXCEEDED ? ErrorCode::kRequestTimedOut
-                           : c == StatusCode::UNAVAILABLE     ? ErrorCode::kNotController
-                                                              : ErrorCode::kUnknownServerError;
+    const ErrorCode want = Busy(c)                        ? ErrorCode::kRequestTimedOut
+                           : c == StatusCode::UNAVAILABLE ? ErrorCode::kNotController
+                                                          : ErrorCode::kUnknownServerError;
     EXPECT_EQ(ControllerCallError(grpc::Status(c, "x")), want) << "grpc code " << c;
   }
 }
