@@ -1,5 +1,7 @@
 // CreateTopics (key 19), v2-v7: validated and written by controllerd; answered once this
-// broker's metadata cache shows the new topics (or the request's timeout passes).
+// broker's metadata cache shows the new topics and storaged holds their logs here (or the
+// request's timeout passes). A topic whose logs here could not all be created (a full disk,
+// a resource limit) is deleted again and answered KAFKA_STORAGE_ERROR with the reason.
 #include "brokerd/handlers/handler.h"
 #include "brokerd/handlers/wait.h"
 
@@ -92,8 +94,57 @@ std::vector<std::string> CreatedTopics(const CreateTopicsRequest& req,
   return created;
 }
 
-// Answers `resp` once the created topics are visible here and their logs exist, so the
-// client's next Metadata request sees them and produce finds them (or after `timeout_ms`).
+// The first partition of `topic` placed here whose log storaged refused to create, with
+// storaged's reason; nullopt when there is none.
+std::optional<std::pair<int32_t, std::string>> FailedLogHere(const BrokerContext& broker,
+                                                             const TopicInfo& topic) {
+  for (const auto& [index, p] : topic.partitions) {
+    if (const std::string* why = broker.partitions.CreateFailure(topic.name, index)) {
+      return std::make_pair(index, *why);
+    }
+  }
+  return std::nullopt;
+}
+
+// A topic whose logs could not all be created is not kept half there: it is deleted again
+// through the controller (the reconciler then removes the logs that were made) and the
+// client is told KAFKA_STORAGE_ERROR with storaged's reason. Runs `then` once the deletes
+// are answered.
+void RollBackFailedTopics(BrokerContext& broker, CreateTopicsResponse& resp,
+                          std::function<void()> then) {
+  ctl::DeleteTopicsRequest deletes;
+  for (auto& r : resp.topics) {
+    if (r.error_code != ErrorCode::kNone) continue;
+    const TopicInfo* topic = broker.metadata.FindTopic(r.name);
+    if (topic == nullptr) continue;
+    std::optional<std::pair<int32_t, std::string>> failed = FailedLogHere(broker, *topic);
+    if (!failed) continue;
+    KafkaLog()->warn("CreateTopics: the log of {}-{} cannot be created ({}): deleting topic {}",
+                     r.name, failed->first, failed->second, r.name);
+    r.error_code = ErrorCode::kKafkaStorageError;
+    r.error_message = fmt::format("the log of partition {} cannot be created on broker {}: {}",
+                                  failed->first, broker.node_id, failed->second);
+    r.topic_id = protocol::Uuid();
+    r.num_partitions = -1;
+    r.replication_factor = -1;
+    r.configs.reset();
+    deletes.add_topics()->set_name(r.name);
+  }
+  if (deletes.topics().empty()) return then();
+  broker.controller.DeleteTopics(
+      deletes, std::chrono::milliseconds(10000),
+      [then = std::move(then)](const grpc::Status& status, const ctl::DeleteTopicsResponse&) {
+        if (!status.ok()) {
+          KafkaLog()->warn("CreateTopics: deleting the topics whose logs failed: {}",
+                           status.error_message());
+        }
+        then();
+      });
+}
+
+// Answers `resp` once the created topics are visible here and their logs exist (or have
+// failed: such a topic is rolled back), so the client's next Metadata request sees them and
+// produce finds them (or after `timeout_ms`).
 void AnswerOnceVisible(BrokerContext& broker, std::shared_ptr<RequestContext> ctx,
                        std::shared_ptr<CreateTopicsResponse> resp, std::vector<std::string> names,
                        int64_t timeout_ms, Respond respond) {
@@ -108,8 +159,9 @@ void AnswerOnceVisible(BrokerContext& broker, std::shared_ptr<RequestContext> ct
         return true;
       },
       timeout_ms,
-      [ctx = std::move(ctx), resp = std::move(resp), respond = std::move(respond)] {
-        respond(EncodeResponse(*ctx, *resp));
+      [&broker, ctx = std::move(ctx), resp = std::move(resp), respond = std::move(respond)] {
+        RollBackFailedTopics(broker, *resp,
+                             [ctx, resp, respond] { respond(EncodeResponse(*ctx, *resp)); });
       });
 }
 
