@@ -35,6 +35,35 @@ Status FsyncPath(const std::string& path, int flags) {
 
 Status FsyncDir(const std::string& dir) { return FsyncPath(dir, O_RDONLY | O_DIRECTORY); }
 
+Status FsyncFile(const std::string& path) { return FsyncPath(path, O_RDONLY); }
+
+Status SyncFileSystem(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(Errno("open", dir));
+  int rc = ::syncfs(fd);
+  ::close(fd);
+  if (rc != 0) return absl::InternalError(Errno("syncfs", dir));
+  return absl::OkStatus();
+}
+
+Status WriteNewFile(const std::string& path, const std::string& contents) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(Errno("create", path));
+  size_t done = 0;
+  while (done < contents.size()) {
+    ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      Status s = absl::InternalError(Errno("write", path));
+      ::close(fd);
+      return s;
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
 StatusOr<std::vector<std::pair<std::string, std::string>>> ReadProperties(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(fmt::format("cannot read {}", path));

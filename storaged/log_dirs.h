@@ -63,5 +63,12 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> ReadProperties(const 
 Status WriteFileDurably(const std::string& path, const std::string& contents);
 // fsync of a directory, so renames and unlinks in it are durable.
 Status FsyncDir(const std::string& dir);
+// syncfs(2) of the file system holding `dir`: every file's data and metadata on disk.
+Status SyncFileSystem(const std::string& dir);
+// fsync of a file by its path.
+Status FsyncFile(const std::string& path);
+// Writes `contents` as the file at `path` (created or truncated), without waiting for the
+// disk: for a file nothing depends on until the caller syncs it (FsyncFile, FsyncDir).
+Status WriteNewFile(const std::string& path, const std::string& contents);
 
 }  // namespace runnel::storaged

@@ -313,13 +313,15 @@ StatusOr<std::string> ReadPartitionMetadata(const std::string& path) {
   return std::string(*id);
 }
 
-Status WritePartitionMetadata(const std::string& path, const std::string& topic_id_base64) {
+Status WritePartitionMetadata(const std::string& path, const std::string& topic_id_base64,
+                              bool durable) {
   if (!protocol::Uuid::FromString(topic_id_base64)) {
     return absl::InvalidArgumentError(
         fmt::format("{}: '{}' is not a base64 topic id", path, topic_id_base64));
   }
-  return WriteFileDurably(
-      path, fmt::format("version: {}\ntopic_id: {}\n", kCheckpointVersion, topic_id_base64));
+  std::string text =
+      fmt::format("version: {}\ntopic_id: {}\n", kCheckpointVersion, topic_id_base64);
+  return durable ? WriteFileDurably(path, text) : WriteNewFile(path, text);
 }
 
 }  // namespace runnel::storaged

@@ -94,6 +94,9 @@ class LeaderEpochCache {
 // partition.metadata: the topic id (the base64 form used by Kafka tools). NotFound when the
 // file is missing, DataLoss when it does not parse.
 StatusOr<std::string> ReadPartitionMetadata(const std::string& path);
-Status WritePartitionMetadata(const std::string& path, const std::string& topic_id_base64);
+// `durable`: temp file, fsync, rename, fsync of the directory; else a plain write that the
+// caller syncs later (a new partition's, see Log::SyncMetadata).
+Status WritePartitionMetadata(const std::string& path, const std::string& topic_id_base64,
+                              bool durable = true);
 
 }  // namespace runnel::storaged

@@ -79,9 +79,14 @@ StatusOr<std::unique_ptr<Log>> Log::Open(LogOptions options, std::string topic_i
   if (report == nullptr) report = &local;
   std::unique_ptr<Log> log(new Log(std::move(options)));
   const std::string& dir = log->options_.dir;
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", dir);
+  // A directory made here is known empty: nothing to list, nothing left over to remove.
+  bool fresh = ::mkdir(dir.c_str(), 0755) == 0;
+  if (!fresh && errno != EEXIST) return ErrnoStatus("mkdir", dir);
   std::string metadata_path = dir + "/" + std::string(kPartitionMetadata);
-  if (::access(metadata_path.c_str(), F_OK) == 0) {
+  struct stat metadata_st;
+  // An empty file is one whose write a crash cut short (it is written without waiting for
+  // the disk, see SyncMetadata): as if it were missing.
+  if (::stat(metadata_path.c_str(), &metadata_st) == 0 && metadata_st.st_size > 0) {
     RUNNEL_ASSIGN_OR_RETURN(std::string stored, ReadPartitionMetadata(metadata_path));
     if (!topic_id.empty() && stored != topic_id) {
       return absl::FailedPreconditionError(
@@ -90,11 +95,28 @@ StatusOr<std::unique_ptr<Log>> Log::Open(LogOptions options, std::string topic_i
     }
     topic_id = stored;
   } else if (!topic_id.empty()) {
-    RUNNEL_RETURN_IF_ERROR(WritePartitionMetadata(metadata_path, topic_id));
+    // Not synced here: creating thousands of partitions would wait for two disk flushes
+    // each. SyncMetadata makes it durable before any of the log's data is (and the log
+    // manager's background pass soon after creation).
+    RUNNEL_RETURN_IF_ERROR(WritePartitionMetadata(metadata_path, topic_id, /*durable=*/false));
+    log->metadata_synced_.store(false);
   }
   log->topic_id_ = topic_id;
-  RUNNEL_RETURN_IF_ERROR(log->Load(recovery_point, log_start_offset, clean_shutdown, report));
+  RUNNEL_RETURN_IF_ERROR(
+      log->Load(recovery_point, log_start_offset, clean_shutdown, fresh, report));
   return log;
+}
+
+Status Log::SyncMetadata() {
+  if (metadata_synced_.load()) return absl::OkStatus();
+  MutexLock lock(&metadata_sync_mu_);
+  if (metadata_synced_.load()) return absl::OkStatus();
+  const std::string& dir = options_.dir;
+  RUNNEL_RETURN_IF_ERROR(FsyncFile(dir + "/" + std::string(kPartitionMetadata)));
+  RUNNEL_RETURN_IF_ERROR(FsyncDir(dir));
+  RUNNEL_RETURN_IF_ERROR(FsyncDir(dir.substr(0, dir.rfind('/'))));
+  metadata_synced_.store(true);
+  return absl::OkStatus();
 }
 
 Status Log::RemoveLeftovers(LoadReport* report) {
@@ -148,13 +170,16 @@ Status Log::RemoveLeftovers(LoadReport* report) {
   return absl::OkStatus();
 }
 
-Status Log::Load(int64_t recovery_point, int64_t log_start_offset, bool clean_shutdown,
+Status Log::Load(int64_t recovery_point, int64_t log_start_offset, bool clean_shutdown, bool fresh,
                  LoadReport* report) {
   const std::string& dir = options_.dir;
   const std::string name = tp().ToString();
   const LogConfig cfg = config();
-  RUNNEL_RETURN_IF_ERROR(RemoveLeftovers(report));
-  RUNNEL_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(dir));
+  std::vector<std::string> names;
+  if (!fresh) {
+    RUNNEL_RETURN_IF_ERROR(RemoveLeftovers(report));
+    RUNNEL_ASSIGN_OR_RETURN(names, ListDir(dir));
+  }
   std::vector<int64_t> bases;
   for (const std::string& n : names) {
     if (std::optional<int64_t> b = ParseSegmentFileName(n, kLogSuffix)) bases.push_back(*b);
@@ -768,6 +793,8 @@ Status Log::TruncateTo(int64_t offset) {
 }
 
 Status Log::FlushUpTo(int64_t offset) {
+  // The topic id is on disk before any record is.
+  RUNNEL_RETURN_IF_ERROR(SyncMetadata());
   MutexLock lock(&flush_mu_);
   if (recovery_point_.load() >= offset) return absl::OkStatus();  // a flusher got here first
   // Everything appended so far is in the page cache: one fdatasync per segment covers it.
@@ -898,13 +925,14 @@ std::pair<int32_t, int64_t> Log::EndOffsetForEpoch(int32_t epoch) const {
       .value_or(std::pair<int32_t, int64_t>(-1, -1));
 }
 
-Status Log::Close() {
+Status Log::Close(bool sync) {
+  if (sync) RUNNEL_RETURN_IF_ERROR(SyncMetadata());
   MutexLock lock(&append_mu_);
   if (closed_) return absl::OkStatus();
   closed_ = true;
   Status result = absl::OkStatus();
   for (const std::shared_ptr<Segment>& seg : Segments()) {
-    Status s = seg->Close();
+    Status s = seg->Close(sync);
     if (!s.ok() && result.ok()) result = s;
   }
   if (result.ok()) recovery_point_.store(log_end_offset_.load());

@@ -136,6 +136,11 @@ class Log {
   // The file cache its segments use (the cleaner opens its cleaned copies through it).
   FileCache* files() const { return options_.files; }
   const std::string& topic_id() const { return topic_id_; }
+  // Makes a new partition's partition.metadata (and its directory) durable; a no-op once
+  // done. Open writes it without waiting for the disk; every flush of the log's data calls
+  // this first, Close too, and the log manager soon after creation.
+  Status SyncMetadata();
+  bool metadata_synced() const { return metadata_synced_.load(); }
   LogConfig config() const;
   void SetConfig(const LogConfig& config);
   LogState State() const;
@@ -207,7 +212,10 @@ class Log {
   std::pair<int32_t, int64_t> EndOffsetForEpoch(int32_t epoch) const;
 
   // Closes segments (trimming indexes) after a final flush. The log is unusable afterwards.
-  Status Close();
+  // `sync` false: no fsync of any file (the caller syncs the whole file system, see
+  // LogManager::Shutdown); the recovery point still moves to the end, so the caller must
+  // sync before it checkpoints.
+  Status Close(bool sync = true);
   // Closes and renames the directory for deletion; the caller removes it.
   StatusOr<std::string> MarkDeleted();
 
@@ -215,7 +223,8 @@ class Log {
   explicit Log(LogOptions options);
   // Load and RebuildLeaderEpochs run inside Open, before any other thread can see the log,
   // so they fill the guarded members without the locks.
-  Status Load(int64_t recovery_point, int64_t log_start_offset, bool clean_shutdown,
+  // `fresh`: Open made the directory, so it holds nothing yet.
+  Status Load(int64_t recovery_point, int64_t log_start_offset, bool clean_shutdown, bool fresh,
               LoadReport* report) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   Status RemoveLeftovers(LoadReport* report);
   Status RebuildLeaderEpochs() ABSL_NO_THREAD_SAFETY_ANALYSIS;
@@ -237,6 +246,8 @@ class Log {
 
   LogOptions options_;
   std::string topic_id_;
+  std::atomic<bool> metadata_synced_{true};
+  Mutex metadata_sync_mu_;
 
   mutable Mutex config_mu_;
   LogConfig config_ ABSL_GUARDED_BY(config_mu_);

@@ -111,6 +111,8 @@ class LogManager {
   std::map<TopicPartition, std::shared_ptr<Log>> logs_ ABSL_GUARDED_BY(logs_mu_);
   // partition -> the log dir holding it
   std::map<TopicPartition, std::string> log_dir_of_ ABSL_GUARDED_BY(logs_mu_);
+  // log dir -> how many partitions it holds (a new one goes to the dir with the fewest)
+  std::map<std::string, int> partitions_in_dir_ ABSL_GUARDED_BY(logs_mu_);
   // A partition that failed to load, and how to load it again.
   struct OfflineLog {
     std::string dir;
@@ -135,6 +137,8 @@ class LogManager {
   // (due ms, segment)
   std::vector<std::pair<int64_t, std::shared_ptr<Segment>>> unlink_at_ ABSL_GUARDED_BY(work_mu_);
   std::vector<std::string> deleted_dirs_ ABSL_GUARDED_BY(work_mu_);
+  // Logs created since the last background pass, whose partition.metadata it syncs.
+  std::vector<std::weak_ptr<Log>> unsynced_ ABSL_GUARDED_BY(work_mu_);
   std::thread background_;
   std::thread cleaner_thread_;
   bool shut_down_ = false;

@@ -455,13 +455,15 @@ Status Segment::TrimIndexes() {
   return absl::OkStatus();
 }
 
-Status Segment::OnRoll() {
+Status Segment::OnRoll(bool sync) {
   if (max_timestamp() >= 0) {
     RUNNEL_RETURN_IF_ERROR(time_index_->MaybeAppend(max_timestamp(), offset_of_max_timestamp()));
   }
   active_ = false;
-  RUNNEL_RETURN_IF_ERROR(offset_index_->Flush());
-  RUNNEL_RETURN_IF_ERROR(time_index_->Flush());
+  if (sync) {
+    RUNNEL_RETURN_IF_ERROR(offset_index_->Flush());
+    RUNNEL_RETURN_IF_ERROR(time_index_->Flush());
+  }
   return TrimIndexes();
 }
 
@@ -471,9 +473,9 @@ Status Segment::Reactivate() {
   return time_index_->Resize(max_index_bytes_);
 }
 
-Status Segment::Close() {
-  if (active_) RUNNEL_RETURN_IF_ERROR(OnRoll());
-  RUNNEL_RETURN_IF_ERROR(Flush());
+Status Segment::Close(bool sync) {
+  if (active_) RUNNEL_RETURN_IF_ERROR(OnRoll(sync));
+  if (sync) RUNNEL_RETURN_IF_ERROR(Flush());
   files_->Forget(log_path());
   files_->Forget(offset_index_->path());
   files_->Forget(time_index_->path());

@@ -113,7 +113,8 @@ class Segment {
   // Drops every batch at or after `offset` (which must start a batch or be past the end).
   Status TruncateTo(int64_t offset);
   // Segment rolled: writes the final time index entry, trims the indexes.
-  Status OnRoll();
+  // `sync`: fdatasync the indexes too (a bulk close syncs the whole file system instead).
+  Status OnRoll(bool sync = true);
   // Makes a rolled segment the active one again (after truncation removed later ones).
   Status Reactivate();
   bool active() const { return active_; }
@@ -121,7 +122,8 @@ class Segment {
   bool rebuilt_indexes() const { return rebuilt_indexes_; }
   void set_created_ms(int64_t ms) { created_ms_ = ms; }
   // Trims indexes and flushes; the segment may not be appended to afterwards.
-  Status Close();
+  // `sync` false leaves the fdatasyncs to the caller (LogManager::Shutdown's syncfs).
+  Status Close(bool sync = true);
   // Renames all three files, replacing the trailing `from` (may be "") of each name with
   // `to` (may be ""): ".cleaned" -> ".swap" -> "" when a cleaned segment is swapped in,
   // "" -> ".deleted" when a segment is removed.
