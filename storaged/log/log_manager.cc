@@ -22,6 +22,8 @@
 namespace runnel::storaged {
 namespace {
 
+constexpr std::chrono::seconds kLoadProgressEvery{5};
+
 const log::ModuleLogger kLog("storaged.log");
 
 constexpr size_t kCloseThreads = 8;
@@ -102,6 +104,9 @@ Status LogManager::LoadDir(const std::string& dir) {
   std::mutex mu;
   size_t next = 0;
   Status first_error = absl::OkStatus();
+  // A long load (an unclean stop of many partitions) says how far it got every few seconds.
+  const auto load_started = std::chrono::steady_clock::now();
+  auto last_progress = load_started;
   auto worker = [&] {
     for (;;) {
       TopicPartition tp;
@@ -109,6 +114,13 @@ Status LogManager::LoadDir(const std::string& dir) {
         std::lock_guard lock(mu);
         if (next >= todo.size() || !first_error.ok()) return;
         tp = todo[next++];
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last_progress >= kLoadProgressEvery) {
+          last_progress = now;
+          kLog()->info("{}: loading partitions: {} of {} ({} s, {})", dir, next - 1, todo.size(),
+                       std::chrono::duration_cast<std::chrono::seconds>(now - load_started).count(),
+                       clean ? "after a clean shutdown" : "recovering after an unclean stop");
+        }
       }
       auto find = [&](const std::map<TopicPartition, int64_t>& m, int64_t dflt) {
         auto it = m.find(tp);

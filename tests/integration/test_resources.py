@@ -9,6 +9,9 @@ created past a few dozen: a real limit, hit as a user would hit a full disk. Che
   leader and its log;
 - once space is freed (a topic deleted), topics can be created again;
 - the node stops cleanly and starts again, and every record produced before is readable.
+A second test fills a small tmpfs with records: produce then fails with the retriable
+KAFKA_STORAGE_ERROR, nothing acknowledged is damaged, and once a topic is deleted the same
+partition takes records again, also after a restart.
 
 Mounting needs root (CI runs as root); elsewhere the test skips, saying so.
 """
@@ -19,6 +22,7 @@ import time
 import unittest
 
 from harness import Node, wait_until
+from kafka_wire import Connection, record_batch
 
 INODES = 400
 KEPT_RECORDS = 300
@@ -28,15 +32,17 @@ def run(*args):
     return subprocess.run(list(args), capture_output=True, text=True, timeout=30)
 
 
-class ResourceLimitTest(unittest.TestCase):
+class SmallLogDir(unittest.TestCase):
+    """A node whose log dir is a tmpfs of MOUNT_OPTIONS."""
+    MOUNT_OPTIONS = f"size=64m,nr_inodes={INODES}"
+
     def setUp(self):
         if os.geteuid() != 0:
             self.skipTest("mounting a small tmpfs for the log dir needs root (CI runs as root)")
         self.node = Node({"auto.create.topics.enable": "false"})
         self.logs = os.path.join(self.node.dir, "logs")
         os.makedirs(self.logs)
-        r = run("mount", "-t", "tmpfs", "-o", f"size=64m,nr_inodes={INODES}", "runnel-test",
-                self.logs)
+        r = run("mount", "-t", "tmpfs", "-o", self.MOUNT_OPTIONS, "runnel-test", self.logs)
         if r.returncode != 0:
             self.node.cleanup()
             self.skipTest(f"cannot mount a tmpfs here: {r.stderr.strip()}")
@@ -114,6 +120,8 @@ class ResourceLimitTest(unittest.TestCase):
     def live_dirs(self, topic):
         return [d for d in os.listdir(self.logs) if re.fullmatch(rf"{re.escape(topic)}-\d+", d)]
 
+
+class OutOfInodesTest(SmallLogDir):
     def test_out_of_inodes(self):
         admin = self.admin()
         self.assertIsNone(self.create(admin, "kept", 3))
@@ -158,6 +166,62 @@ class ResourceLimitTest(unittest.TestCase):
         self.assertEqual(got, {f"v{i}" for i in range(2 * KEPT_RECORDS)})
         self.check_metadata_claims_only_what_is_there(self.admin(), name,
                                                       ["kept", "again"] + created[:-1])
+
+
+KAFKA_STORAGE_ERROR = 56
+
+
+class DiskFullTest(SmallLogDir):
+    MOUNT_OPTIONS = "size=4m,nr_inodes=4000"
+
+    def high_watermark(self, conn, topic):
+        error, hw, _ = conn.fetch(topic, 0, 0, max_bytes=1)
+        self.assertEqual(error, 0)
+        return hw
+
+    def test_disk_full(self):
+        admin = self.admin()
+        self.assertIsNone(self.create(admin, "spare", 1))
+        self.assertIsNone(self.create(admin, "full", 1))
+        value = b"x" * 100_000
+        batch = record_batch([value], int(time.time() * 1000))
+        with Connection(self.node.bootstrap) as conn:
+            for _ in range(10):
+                answer = conn.produce(3, -1, "spare", {0: batch})[("spare", 0)]
+                self.assertEqual(answer["error"], 0)
+            acked, error = 0, 0
+            for _ in range(60):  # 6 MB into 4 MB
+                answer = conn.produce(3, -1, "full", {0: batch})[("full", 0)]
+                error = answer["error"]
+                if error != 0:
+                    break
+                self.assertEqual(answer["base_offset"], acked)
+                acked += 1
+            self.assertEqual(error, KAFKA_STORAGE_ERROR, "a full disk is a retriable error")
+            self.assertGreater(acked, 5)
+            # Nothing acknowledged is damaged, nothing half written is visible.
+            self.assertEqual(self.high_watermark(conn, "full"), acked)
+            self.assertEqual(conn.produce(3, -1, "full", {0: batch})[("full", 0)]["error"],
+                             KAFKA_STORAGE_ERROR, "still full")
+        self.assertIn("No space left on device", self.node.log())
+
+        # Room made: the same partition takes records again.
+        admin.delete_topics(["spare"], operation_timeout=20)["spare"].result(timeout=30)
+        wait_until(lambda: not self.live_dirs("spare") and not any(
+            d.startswith("spare-0.") for d in os.listdir(self.logs)), 30, "spare's files removed")
+        with Connection(self.node.bootstrap) as conn:
+            answer = conn.produce(3, -1, "full", {0: batch})[("full", 0)]
+            self.assertEqual(answer["error"], 0)
+            self.assertEqual(answer["base_offset"], acked)
+
+        self.assertEqual(self.node.stop(), 0, self.node.log()[-3000:])
+        self.node.start()
+        with Connection(self.node.bootstrap) as conn:
+            wait_until(lambda: conn.fetch("full", 0, 0, max_bytes=1)[0] == 0, 30, "full served")
+            self.assertEqual(self.high_watermark(conn, "full"), acked + 1)
+            error, _, records = conn.fetch("full", 0, acked, max_bytes=1 << 20)
+            self.assertEqual(error, 0)
+            self.assertIn(value, records)
 
 
 if __name__ == "__main__":
