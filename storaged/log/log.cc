@@ -203,7 +203,10 @@ Status Log::Load(int64_t recovery_point, int64_t log_start_offset, bool clean_sh
     }
     // A segment holds offsets at or after the recovery point when the next one starts after it.
     bool after_recovery_point = last || bases[i + 1] > recovery_point;
-    bool recover = (!clean_shutdown && after_recovery_point) || swapped_bases_.count(bases[i]);
+    // An empty .log has nothing to check (a node of many idle partitions would otherwise
+    // recover, and flush, every one of them after an unclean stop).
+    bool recover = (!clean_shutdown && after_recovery_point && seg->size() > 0) ||
+                   swapped_bases_.count(bases[i]);
     if (!recover) {
       Status clean = seg->LoadClean(cfg.index_interval_bytes);
       if (!clean.ok()) {

@@ -141,6 +141,8 @@ class Log {
   // this first, Close too, and the log manager soon after creation.
   Status SyncMetadata();
   bool metadata_synced() const { return metadata_synced_.load(); }
+  // A syncfs of the log's file system made it durable (LogManager's batch of new logs).
+  void MetadataSynced() { metadata_synced_.store(true); }
   LogConfig config() const;
   void SetConfig(const LogConfig& config);
   LogState State() const;

@@ -97,6 +97,9 @@ class LogManager {
   void OnChange(const TopicPartition& tp, const LogState& state);
   void OnRoll(const TopicPartition& tp, int64_t offset);
   void BackgroundLoop();
+  // Makes new logs' partition.metadata durable (Log::SyncMetadata), for many at once with
+  // one syncfs per log dir.
+  void SyncNewLogs(std::vector<std::weak_ptr<Log>> logs);
   void CleanerLoop();
   void UnlinkDue(bool all);
   void RemoveDeletedDirs(bool all);
@@ -137,8 +140,10 @@ class LogManager {
   // (due ms, segment)
   std::vector<std::pair<int64_t, std::shared_ptr<Segment>>> unlink_at_ ABSL_GUARDED_BY(work_mu_);
   std::vector<std::string> deleted_dirs_ ABSL_GUARDED_BY(work_mu_);
-  // Logs created since the last background pass, whose partition.metadata it syncs.
+  // Logs created and not yet synced, whose partition.metadata a background pass syncs.
   std::vector<std::weak_ptr<Log>> unsynced_ ABSL_GUARDED_BY(work_mu_);
+  int64_t first_unsynced_ms_ ABSL_GUARDED_BY(work_mu_) = 0;
+  int64_t last_created_ms_ ABSL_GUARDED_BY(work_mu_) = 0;
   std::thread background_;
   std::thread cleaner_thread_;
   bool shut_down_ = false;
