@@ -501,7 +501,7 @@ void LogManager::BackgroundLoop() {
         unsynced.swap(unsynced_);
       }
     }
-    SyncNewLogs(std::move(unsynced));
+    SyncNewLogs(unsynced);
     for (const auto& [tp, offset] : rolls) {
       if (std::shared_ptr<Log> log = GetLog(tp)) {
         Status s = log->FlushUpTo(offset);
@@ -527,7 +527,7 @@ void LogManager::BackgroundLoop() {
   }
 }
 
-void LogManager::SyncNewLogs(std::vector<std::weak_ptr<Log>> logs) {
+void LogManager::SyncNewLogs(const std::vector<std::weak_ptr<Log>>& logs) {
   if (logs.size() >= kSyncFileSystemFrom) {
     // Thousands of new partitions (a topic of many): one syncfs per log dir does what three
     // fsyncs each would, in one pass of the disk.

@@ -99,7 +99,7 @@ class LogManager {
   void BackgroundLoop();
   // Makes new logs' partition.metadata durable (Log::SyncMetadata), for many at once with
   // one syncfs per log dir.
-  void SyncNewLogs(std::vector<std::weak_ptr<Log>> logs);
+  void SyncNewLogs(const std::vector<std::weak_ptr<Log>>& logs);
   void CleanerLoop();
   void UnlinkDue(bool all);
   void RemoveDeletedDirs(bool all);
