@@ -155,12 +155,16 @@ void RemoveCleanedFiles(Log& log, int64_t base) {
   }
 }
 
-// The cleaned copy of one segment. It is created at the first batch that changes: until then
-// the segment is unchanged and needs no copy, and the batches before it are copied then.
+// The cleaned copy of a group of consecutive segments, named after the first. For a group of
+// one it is created at the first batch that changes: until then the segment is unchanged and
+// needs no copy, and the batches before it are copied then. A group of several is always
+// copied (StartNow), since merging is itself the change.
 class CleanedWriter {
  public:
-  CleanedWriter(Log& log, const Segment& source, const LogConfig& config, CleanerStats* stats)
-      : log_(log), source_(source), config_(config), stats_(stats) {}
+  CleanedWriter(Log& log, const Segment& source, const LogConfig& config, CleanerStats* stats,
+                int64_t created_ms)
+      : log_(log), source_(source), config_(config), stats_(stats), created_ms_(created_ms) {}
+  Status StartNow() { return Start(0); }
   ~CleanedWriter() { Abandon(); }
 
   // The next batch of the source stays as it is.
@@ -179,7 +183,7 @@ class CleanedWriter {
     if (out_ == nullptr) return std::unique_ptr<Segment>();
     RUNNEL_RETURN_IF_ERROR(WritePending());
     RUNNEL_RETURN_IF_ERROR(out_->OnRoll());
-    out_->set_created_ms(source_.created_ms());
+    out_->set_created_ms(created_ms_);
     return std::move(out_);
   }
   // Drops an unfinished copy's files.
@@ -223,6 +227,7 @@ class CleanedWriter {
   const Segment& source_;
   const LogConfig& config_;
   CleanerStats* stats_;
+  int64_t created_ms_;
   std::unique_ptr<Segment> out_;
   std::vector<uint8_t> pending_;  // whole batches not yet appended to out_
 };
@@ -437,29 +442,75 @@ StatusOr<std::optional<std::vector<uint8_t>>> FilterBatch(const BatchView& batch
   return std::optional<std::vector<uint8_t>>(std::move(rebuilt));
 }
 
-// Step 3 for one segment: its cleaned copy, or nullptr when nothing in it changes.
-StatusOr<std::unique_ptr<Segment>> CleanSegment(Log& log, const Segment& segment,
-                                                const LogConfig& config, const PassContext& ctx) {
-  CleanedWriter writer(log, segment, config, ctx.stats);
-  BatchReader reader(segment, 0, segment.size());
-  while (true) {
-    RUNNEL_ASSIGN_OR_RETURN(std::optional<BatchView> batch, reader.Next());
-    if (!batch) break;
-    ctx.stats->bytes_read += int64_t(batch->size_in_bytes());
-    if (batch->base_offset() >= ctx.clean_end || batch->is_control() || batch->is_transactional()) {
-      RUNNEL_RETURN_IF_ERROR(writer.Keep(*batch));
-      continue;
-    }
-    RUNNEL_ASSIGN_OR_RETURN(std::optional<std::vector<uint8_t>> replacement,
-                            FilterBatch(*batch, ctx));
-    if (!replacement) {
-      RUNNEL_RETURN_IF_ERROR(writer.Keep(*batch));
-    } else {
-      RUNNEL_RETURN_IF_ERROR(writer.Replace(reader.position(), *replacement));
+// Step 3 for one group of consecutive segments: their one cleaned copy, or nullptr when the
+// group is one segment and nothing in it changes.
+StatusOr<std::unique_ptr<Segment>> CleanGroup(Log& log,
+                                              const std::vector<std::shared_ptr<Segment>>& group,
+                                              const LogConfig& config, const PassContext& ctx) {
+  CleanedWriter writer(log, *group.front(), config, ctx.stats, group.back()->created_ms());
+  if (group.size() > 1) RUNNEL_RETURN_IF_ERROR(writer.StartNow());
+  for (const std::shared_ptr<Segment>& segment : group) {
+    BatchReader reader(*segment, 0, segment->size());
+    while (true) {
+      RUNNEL_ASSIGN_OR_RETURN(std::optional<BatchView> batch, reader.Next());
+      if (!batch) break;
+      ctx.stats->bytes_read += int64_t(batch->size_in_bytes());
+      if (batch->base_offset() >= ctx.clean_end || batch->is_control() ||
+          batch->is_transactional()) {
+        RUNNEL_RETURN_IF_ERROR(writer.Keep(*batch));
+        continue;
+      }
+      RUNNEL_ASSIGN_OR_RETURN(std::optional<std::vector<uint8_t>> replacement,
+                              FilterBatch(*batch, ctx));
+      if (!replacement) {
+        RUNNEL_RETURN_IF_ERROR(writer.Keep(*batch));
+      } else {
+        RUNNEL_RETURN_IF_ERROR(writer.Replace(reader.position(), *replacement));
+      }
     }
   }
   return writer.Finish();
 }
+
+}  // namespace
+
+std::vector<std::vector<std::shared_ptr<Segment>>> GroupSegmentsBySize(
+    const std::vector<std::shared_ptr<Segment>>& segments, int64_t max_size,
+    int64_t max_index_size) {
+  // The last offset a segment may hold: up to the next one's base, else its own records.
+  auto last_offset = [&](size_t i) -> int64_t {
+    if (i + 1 < segments.size()) return segments[i + 1]->base_offset() - 1;
+    return std::max(segments[i]->next_offset() - 1, segments[i]->base_offset());
+  };
+  std::vector<std::vector<std::shared_ptr<Segment>>> groups;
+  size_t i = 0;
+  while (i < segments.size()) {
+    std::vector<std::shared_ptr<Segment>> group{segments[i]};
+    int64_t log_size = segments[i]->size();
+    int64_t offset_index_size = segments[i]->offset_index().SizeInBytes();
+    int64_t time_index_size = segments[i]->time_index().SizeInBytes();
+    const int64_t base = segments[i]->base_offset();
+    size_t j = i + 1;
+    while (j < segments.size()) {
+      const Segment& next = *segments[j];
+      if (log_size + next.size() > max_size) break;
+      if (offset_index_size + next.offset_index().SizeInBytes() > max_index_size) break;
+      if (time_index_size + next.time_index().SizeInBytes() > max_index_size) break;
+      // Every offset of the group must fit the 32-bit relative offsets of the first's base.
+      if (last_offset(j) - base > int64_t{std::numeric_limits<int32_t>::max()}) break;
+      log_size += next.size();
+      offset_index_size += next.offset_index().SizeInBytes();
+      time_index_size += next.time_index().SizeInBytes();
+      group.push_back(segments[j]);
+      ++j;
+    }
+    groups.push_back(std::move(group));
+    i = j;
+  }
+  return groups;
+}
+
+namespace {
 
 // Whether a non-active segment of the snapshot `segments` has left the log since (retention
 // or truncation): reading it may then fail (its file unlinked), which is not the log's fault.
@@ -569,16 +620,25 @@ StatusOr<CleanerStats> Cleaner::Clean(Log& log, std::vector<std::shared_ptr<Segm
   const int64_t clean_end = std::max(map_end, range.first_dirty);
   PassContext ctx{&map, clean_end, range.log_start, now, config.delete_retention_ms, &stats};
 
+  // The segments to clean: non-active, below the clean end, not wholly below the log start.
+  std::vector<std::shared_ptr<Segment>> cleanable;
   for (size_t i = 0; i + 1 < segments.size(); ++i) {
-    const std::shared_ptr<Segment>& segment = segments[i];
-    if (segment->base_offset() >= clean_end) break;
+    if (segments[i]->base_offset() >= clean_end) break;
     if (segments[i + 1]->base_offset() <= range.log_start) continue;
-    StatusOr<std::unique_ptr<Segment>> cleaned_or = CleanSegment(log, *segment, config, ctx);
+    cleanable.push_back(segments[i]);
+  }
+  // Consecutive segments are merged as Kafka's cleaner does, so a compacted log does not pile
+  // up small segments.
+  std::vector<std::vector<std::shared_ptr<Segment>>> groups =
+      GroupSegmentsBySize(cleanable, config.segment_bytes, config.segment_index_bytes);
+
+  for (const std::vector<std::shared_ptr<Segment>>& group : groups) {
+    StatusOr<std::unique_ptr<Segment>> cleaned_or = CleanGroup(log, group, config, ctx);
     if (!cleaned_or.ok()) return abort_or_fail(cleaned_or.status());
     std::unique_ptr<Segment> cleaned = std::move(*cleaned_or);
     if (cleaned == nullptr) continue;
-    const int64_t base = segment->base_offset();
-    if (options_.before_swap) options_.before_swap(log, *segment);
+    const int64_t base = group.front()->base_offset();
+    if (options_.before_swap) options_.before_swap(log, *group.front());
     // The map may name records a truncation removed since: their keys' older records must
     // stay. (The manager pauses cleaning around truncation; this catches what it missed.)
     if (log.State().log_end_offset < clean_end) {
@@ -588,7 +648,7 @@ StatusOr<CleanerStats> Cleaner::Clean(Log& log, std::vector<std::shared_ptr<Segm
       kLog()->info("[{}] cleaning aborted: the log was truncated below offset {}", name, clean_end);
       return stats;
     }
-    Status swapped = log.ReplaceSegment(segment, std::move(cleaned), to_unlink, truncations);
+    Status swapped = log.ReplaceSegments(group, std::move(cleaned), to_unlink, truncations);
     if (!swapped.ok()) {
       RemoveCleanedFiles(log, base);
       if (swapped.code() == absl::StatusCode::kFailedPrecondition) {
@@ -599,15 +659,16 @@ StatusOr<CleanerStats> Cleaner::Clean(Log& log, std::vector<std::shared_ptr<Segm
       }
       return swapped;
     }
-    ++stats.segments_cleaned;
+    stats.segments_cleaned += int64_t(group.size());
+    ++stats.segments_written;
   }
   stats.end_offset = std::max(log.first_dirty_offset(), clean_end);
   log.set_first_dirty_offset(stats.end_offset);
   kLog()->log(stats.segments_cleaned > 0 ? spdlog::level::info : spdlog::level::debug,
-              "[{}] cleaned up to offset {}: {} segment(s) rewritten, {} bytes read, {} "
+              "[{}] cleaned up to offset {}: {} segment(s) rewritten into {}, {} bytes read, {} "
               "written, {} record(s) removed ({} tombstones)",
-              name, clean_end, stats.segments_cleaned, stats.bytes_read, stats.bytes_written,
-              stats.records_removed, stats.tombstones_removed);
+              name, clean_end, stats.segments_cleaned, stats.segments_written, stats.bytes_read,
+              stats.bytes_written, stats.records_removed, stats.tombstones_removed);
   return stats;
 }
 

@@ -41,8 +41,18 @@
 
 namespace runnel::storaged {
 
+// Splits consecutive segments into groups, each to be cleaned into one segment named after
+// its first (Kafka's groupSegmentsBySize): a group's .log bytes stay <= max_size
+// (segment.bytes), each of its index sizes <= max_index_size (segment.index.bytes), and its
+// offsets fit the 32-bit offsets relative to its first base. A segment over a limit alone is a
+// group of one.
+std::vector<std::vector<std::shared_ptr<Segment>>> GroupSegmentsBySize(
+    const std::vector<std::shared_ptr<Segment>>& segments, int64_t max_size,
+    int64_t max_index_size);
+
 struct CleanerStats {
   int64_t segments_cleaned = 0;  // segments replaced by a cleaned copy
+  int64_t segments_written = 0;  // cleaned copies swapped in (one per group of segments)
   int64_t bytes_read = 0;        // batch bytes read, mapping and rewriting
   int64_t bytes_written = 0;     // bytes of the cleaned copies
   int64_t records_removed = 0;   // every record removed, tombstones included

@@ -195,6 +195,16 @@ Status Log::Load(int64_t recovery_point, int64_t log_start_offset, bool clean_sh
                             Segment::Open(dir, bases[i], cfg.segment_index_bytes,
                                           /*create=*/false, /*active=*/last, options_.files));
     seg->set_created_ms(options_.now_ms());
+    // An old segment a merged swap replaced, still here when the swap was cut short: the
+    // swapped segment (before it) holds its records already.
+    if (!cut && !loaded.empty() && swapped_bases_.count(loaded.back()->base_offset()) &&
+        bases[i] < loaded.back()->next_offset()) {
+      report->notes.push_back(fmt::format("deleted segment {} merged into segment {}",
+                                          OffsetFileStem(bases[i]),
+                                          OffsetFileStem(loaded.back()->base_offset())));
+      RUNNEL_RETURN_IF_ERROR(seg->Delete());
+      continue;
+    }
     if (cut) {
       report->notes.push_back(
           fmt::format("deleted segment {} after the truncated one", OffsetFileStem(bases[i])));
@@ -890,29 +900,43 @@ Status Log::ReplaceSegment(const std::shared_ptr<Segment>& old_segment,
                            std::unique_ptr<Segment> replacement,
                            std::vector<std::shared_ptr<Segment>>* to_unlink,
                            uint64_t truncations_seen) {
+  return ReplaceSegments({old_segment}, std::move(replacement), to_unlink, truncations_seen);
+}
+
+Status Log::ReplaceSegments(const std::vector<std::shared_ptr<Segment>>& old_segments,
+                            std::unique_ptr<Segment> replacement,
+                            std::vector<std::shared_ptr<Segment>>* to_unlink,
+                            uint64_t truncations_seen) {
   MutexLock lock(&append_mu_);
   if (closed_) return absl::FailedPreconditionError("the log is closed");
+  if (old_segments.empty()) return absl::InvalidArgumentError("no segment to replace");
   if (truncations_.load() != truncations_seen) {
     return absl::FailedPreconditionError("the log was truncated during the cleaning pass");
   }
   {
     MutexLock slock(&segments_mu_);
-    auto it = segments_.find(old_segment->base_offset());
-    if (it == segments_.end() || it->second != old_segment || std::next(it) == segments_.end()) {
-      return absl::FailedPreconditionError("the segment is no longer a non-active segment");
+    auto it = segments_.find(old_segments.front()->base_offset());
+    for (const std::shared_ptr<Segment>& old : old_segments) {
+      if (it == segments_.end() || it->second != old || std::next(it) == segments_.end()) {
+        return absl::FailedPreconditionError("a segment is no longer a non-active segment");
+      }
+      ++it;
     }
   }
   RUNNEL_RETURN_IF_ERROR(replacement->Flush());
   RUNNEL_RETURN_IF_ERROR(replacement->RenameSuffix(kCleanedSuffix, kSwapSuffix));
   RUNNEL_RETURN_IF_ERROR(FsyncDir(options_.dir));
-  RUNNEL_RETURN_IF_ERROR(old_segment->RenameSuffix("", kDeletedSuffix));
+  for (const std::shared_ptr<Segment>& old : old_segments) {
+    RUNNEL_RETURN_IF_ERROR(old->RenameSuffix("", kDeletedSuffix));
+  }
   RUNNEL_RETURN_IF_ERROR(replacement->RenameSuffix(kSwapSuffix, ""));
   RUNNEL_RETURN_IF_ERROR(FsyncDir(options_.dir));
   {
     MutexLock slock(&segments_mu_);
-    segments_[old_segment->base_offset()] = std::move(replacement);
+    for (const std::shared_ptr<Segment>& old : old_segments) segments_.erase(old->base_offset());
+    segments_[old_segments.front()->base_offset()] = std::move(replacement);
   }
-  to_unlink->push_back(old_segment);
+  for (const std::shared_ptr<Segment>& old : old_segments) to_unlink->push_back(old);
   return absl::OkStatus();
 }
 

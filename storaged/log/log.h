@@ -196,6 +196,13 @@ class Log {
   // FailedPrecondition when `old_segment` is no longer a non-active segment of this log, the
   // log is closed, or it was truncated since the cleaner read `truncations()` (the cleaned
   // copy may then lack records that became the latest of their key).
+  // As ReplaceSegment for a group of consecutive non-active segments replaced by one, named
+  // after the first: every old one is renamed ".deleted" between the two steps. A restart
+  // finding the ".swap" finishes it and drops old segments left inside its offsets.
+  Status ReplaceSegments(const std::vector<std::shared_ptr<Segment>>& old_segments,
+                         std::unique_ptr<Segment> replacement,
+                         std::vector<std::shared_ptr<Segment>>* to_unlink,
+                         uint64_t truncations_seen);
   Status ReplaceSegment(const std::shared_ptr<Segment>& old_segment,
                         std::unique_ptr<Segment> replacement,
                         std::vector<std::shared_ptr<Segment>>* to_unlink,

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -247,14 +248,16 @@ TEST_F(CleanerTest, KeepsTheLastRecordOfEachKeyAtItsOffset) {
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->records_removed, 2);
   EXPECT_EQ(stats->tombstones_removed, 0);
-  // Only the first segment lost records; the second is left as it is.
-  EXPECT_EQ(stats->segments_cleaned, 1);
+  // The two non-active segments are merged into one.
+  EXPECT_EQ(stats->segments_cleaned, 2);
+  EXPECT_EQ(stats->segments_written, 1);
   EXPECT_EQ(stats->end_offset, 5);
   EXPECT_FALSE(stats->aborted);
   EXPECT_EQ(log_->first_dirty_offset(), 5);
-  ASSERT_EQ(to_unlink_.size(), 1u);
+  ASSERT_EQ(to_unlink_.size(), 2u);
   EXPECT_TRUE(to_unlink_[0]->log_path().ends_with(".log.deleted")) << to_unlink_[0]->log_path();
   EXPECT_TRUE(FilesWith(dir_, ".cleaned").empty());
+  EXPECT_EQ(log_->Segments().size(), 2u);
 
   std::vector<std::string> want = {"2:a=2", "3:c=1", "4:b=2", "5:z=1"};
   Contents c = Dump();
@@ -907,6 +910,193 @@ TEST_F(CleanerTest, PropertyCompactedLogMatchesModel) {
     check(true);
     Reopen();
     check(true);
+  }
+}
+
+TEST_F(CleanerTest, ManySmallSegmentsAreMergedIntoOne) {
+  OpenLog(CompactConfig());
+  // Ten one-batch segments over three keys, then the active segment.
+  for (int i = 0; i < 10; ++i) {
+    Append({{fmt::format("k{}", i % 3), fmt::format("v{}", i)}}, /*roll=*/i > 0);
+  }
+  Append({{"z", "1"}}, /*roll=*/true);  // 10, the active segment
+  ASSERT_EQ(log_->Segments().size(), 11u);
+
+  Cleaner cleaner = MakeCleaner();
+  StatusOr<CleanerStats> stats = cleaner.Clean(*log_, &to_unlink_);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->segments_cleaned, 10);
+  EXPECT_EQ(stats->segments_written, 1);
+  EXPECT_EQ(to_unlink_.size(), 10u);
+  std::vector<std::shared_ptr<Segment>> segments = log_->Segments();
+  ASSERT_EQ(segments.size(), 2u);
+  EXPECT_EQ(segments[0]->base_offset(), 0);
+  EXPECT_EQ(segments[1]->base_offset(), 10);
+  std::vector<std::string> want = {"7:k1=v7", "8:k2=v8", "9:k0=v9", "10:z=1"};
+  EXPECT_EQ(Describe(Dump()), want);
+  EXPECT_TRUE(FilesWith(dir_, ".cleaned").empty());
+  EXPECT_TRUE(FilesWith(dir_, ".swap").empty());
+  Reopen();
+  EXPECT_EQ(log_->Segments().size(), 2u);
+  EXPECT_EQ(Describe(Dump()), want);
+  EXPECT_EQ(Append({{"k0", "x"}}), 11);
+}
+
+TEST_F(CleanerTest, MergedGroupsStayWithinSegmentBytes) {
+  OpenLog(CompactConfig());
+  for (int i = 0; i < 6; ++i) Append({{fmt::format("k{}", i), "v"}}, /*roll=*/i > 0);
+  Append({{"z", "1"}}, /*roll=*/true);
+  std::vector<std::shared_ptr<Segment>> segments = log_->Segments();
+  segments.pop_back();
+  const int64_t one = segments[0]->size();
+  for (const auto& s : segments) ASSERT_EQ(s->size(), one);
+  // Room for two segments and a bit, not three.
+  std::vector<std::vector<std::shared_ptr<Segment>>> groups =
+      GroupSegmentsBySize(segments, 3 * one - 1, 1 << 20);
+  ASSERT_EQ(groups.size(), 3u);
+  for (const auto& g : groups) EXPECT_EQ(g.size(), 2u);
+  EXPECT_EQ(groups[1][0]->base_offset(), 2);
+  // Exactly three fit.
+  groups = GroupSegmentsBySize(segments, 3 * one, 1 << 20);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[1][0]->base_offset(), 3);
+  // A limit below one segment leaves each alone.
+  EXPECT_EQ(GroupSegmentsBySize(segments, one - 1, 1 << 20).size(), 6u);
+
+  // Through a cleaning pass: six segments become three, each within segment.bytes.
+  LogConfig c = CompactConfig();
+  c.segment_bytes = int32_t(2 * one);
+  log_->SetConfig(c);
+  Cleaner cleaner = MakeCleaner();
+  StatusOr<CleanerStats> stats = cleaner.Clean(*log_, &to_unlink_);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->segments_written, 3);
+  segments = log_->Segments();
+  ASSERT_EQ(segments.size(), 4u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(segments[i]->base_offset(), int64_t(2 * i));
+    EXPECT_LE(segments[i]->size(), 2 * one);
+  }
+  EXPECT_EQ(Describe(Dump()), (std::vector<std::string>{"0:k0=v", "1:k1=v", "2:k2=v", "3:k3=v",
+                                                        "4:k4=v", "5:k5=v", "6:z=1"}));
+}
+
+TEST_F(CleanerTest, MergedGroupsStayWithinIndexBytes) {
+  LogConfig c = CompactConfig();
+  c.index_interval_bytes = 1;  // an index entry per batch
+  OpenLog(c);
+  for (int i = 0; i < 4; ++i) {
+    Append({{fmt::format("k{}", i), "v"}});
+    Append({{fmt::format("j{}", i), "v"}});
+    Append({{"z", "1"}}, /*roll=*/true);
+  }
+  std::vector<std::shared_ptr<Segment>> segments = log_->Segments();
+  segments.pop_back();
+  ASSERT_EQ(segments.size(), 4u);
+  const int64_t index = segments[1]->offset_index().SizeInBytes();
+  ASSERT_GT(index, 0);
+  ASSERT_GE(segments[1]->time_index().SizeInBytes(), 0);
+  for (size_t i = 1; i < segments.size(); ++i) {
+    ASSERT_EQ(segments[i]->offset_index().SizeInBytes(), index);
+  }
+  // The .log bytes would allow one group; the offset index (or time index) bytes split it.
+  const int64_t index_limit = std::max(2 * index, segments[1]->time_index().SizeInBytes() * 2);
+  std::vector<std::vector<std::shared_ptr<Segment>>> groups =
+      GroupSegmentsBySize({segments[1], segments[2], segments[3]}, 1 << 30, index_limit);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].size(), 2u);
+  EXPECT_EQ(groups[1].size(), 1u);
+  EXPECT_EQ(GroupSegmentsBySize({segments[1], segments[2], segments[3]}, 1 << 30, 1 << 20).size(),
+            1u);
+}
+
+TEST_F(CleanerTest, MergedGroupsFitRelativeOffsets) {
+  ASSERT_TRUE(fs::create_directories(dir_));
+  // Three segments: at 0, at 2^31 - 1 (its one batch is the last offset a group from 0 can
+  // hold) and at 2^31 (one too far).
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  std::vector<std::shared_ptr<Segment>> segments;
+  for (int64_t base : {int64_t{0}, kMax, kMax + 1}) {
+    StatusOr<std::unique_ptr<Segment>> seg =
+        Segment::Open(dir_, base, 4096, /*create=*/true, /*active=*/true, &files_);
+    ASSERT_TRUE(seg.ok()) << seg.status();
+    record::BatchBuilder builder({});
+    builder.Add(now_, Span("k"), Span("v"));
+    StatusOr<std::vector<uint8_t>> bytes = builder.Build();
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    record::SetBaseOffset(*bytes, base);
+    StatusOr<std::vector<record::BatchView>> views = record::SplitBatches(*bytes);
+    ASSERT_TRUE(views.ok()) << views.status();
+    ASSERT_TRUE((*seg)->Append(*bytes, *views, 64).ok());
+    segments.push_back(std::move(*seg));
+  }
+  ASSERT_EQ(segments[2]->next_offset(), kMax + 2);
+  std::vector<std::vector<std::shared_ptr<Segment>>> groups =
+      GroupSegmentsBySize(segments, 1 << 30, 1 << 20);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].size(), 2u);
+  ASSERT_EQ(groups[1].size(), 1u);
+  EXPECT_EQ(groups[1][0]->base_offset(), kMax + 1);
+  // Without the first segment, the other two share one base.
+  EXPECT_EQ(GroupSegmentsBySize({segments[1], segments[2]}, 1 << 30, 1 << 20).size(), 1u);
+}
+
+TEST_F(CleanerTest, MergedSwapCutShortLoadsEveryRecordOnce) {
+  OpenLog(CompactConfig());
+  Append({{"a", "1"}, {"b", "1"}});     // 0, 1
+  Append({{"a", "2"}}, /*roll=*/true);  // 2
+  Append({{"c", "1"}}, /*roll=*/true);  // 3
+  Append({{"b", "2"}}, /*roll=*/true);  // 4
+  Append({{"z", "1"}}, /*roll=*/true);  // 5, active
+  ASSERT_EQ(log_->Segments().size(), 5u);
+  ASSERT_TRUE(log_->Close().ok());
+  log_.reset();
+  // Copies of the uncleaned log: the crash happened after k of the four old segments were
+  // renamed .deleted (old segments are renamed in base order), the merged copy named .swap.
+  std::vector<std::string> copies;
+  for (int k = 0; k <= 4; ++k) {
+    copies.push_back(root_->path() + fmt::format("/t-{}", k + 1));
+    fs::copy(dir_, copies.back());
+  }
+  OpenLog(CompactConfig());
+  Cleaner cleaner = MakeCleaner();
+  StatusOr<CleanerStats> stats = cleaner.Clean(*log_, &to_unlink_);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->segments_written, 1);
+  std::vector<std::string> want = {"2:a=2", "3:c=1", "4:b=2", "5:z=1"};
+  ASSERT_EQ(Describe(Dump()), want);
+  ASSERT_EQ(log_->Segments().size(), 2u);
+  ASSERT_TRUE(log_->Close().ok());
+  log_.reset();
+  const std::string cleaned = SegmentFilePath(dir_, 0, kLogSuffix);
+  const std::string swap_name =
+      OffsetFileStem(0) + std::string(kLogSuffix) + std::string(kSwapSuffix);
+  const int64_t old_bases[] = {0, 2, 3, 4};
+  for (int k = 0; k <= 4; ++k) {
+    SCOPED_TRACE(fmt::format("{} old segment(s) renamed .deleted", k));
+    const std::string& dir = copies[size_t(k)];
+    fs::copy_file(cleaned, dir + "/" + swap_name);
+    for (int i = 0; i < k; ++i) {
+      for (std::string_view kind : {kLogSuffix, kIndexSuffix, kTimeIndexSuffix}) {
+        std::string path = SegmentFilePath(dir, old_bases[i], kind);
+        fs::rename(path, path + std::string(kDeletedSuffix));
+      }
+    }
+    LoadReport report;
+    std::shared_ptr<Log> log = OpenLogAt(dir, CompactConfig(), &report);
+    ASSERT_NE(log, nullptr);
+    EXPECT_EQ(Describe(DumpLog(*log)), want);
+    EXPECT_EQ(log->Segments().size(), 2u);
+    EXPECT_TRUE(FilesWith(dir, ".swap").empty());
+    EXPECT_TRUE(FilesWith(dir, ".deleted").empty());
+    EXPECT_EQ(ReadFile(SegmentFilePath(dir, 0, kLogSuffix)), ReadFile(cleaned));
+    EXPECT_EQ(log->State().log_end_offset, 6);
+    // Loaded again, nothing changes.
+    ASSERT_TRUE(log->Close().ok());
+    log.reset();
+    log = OpenLogAt(dir, CompactConfig());
+    ASSERT_NE(log, nullptr);
+    EXPECT_EQ(Describe(DumpLog(*log)), want);
   }
 }
 
