@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "common/protocol/uuid.h"
+#include "storaged/log/file_cache.h"
 
 namespace runnel::storaged {
 namespace fs = std::filesystem;
@@ -20,6 +21,22 @@ namespace {
 
 std::string Errno(const char* what, const std::string& path) {
   return fmt::format("{} {}: {}", what, path, std::strerror(errno));
+}
+
+// Creates (or truncates) `path` and writes `contents` into it, then fsync when `sync`.
+Status WriteWholeFile(const std::string& path, const std::string& contents, bool sync) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(Errno("create", path));
+  FileHandle closes(fd);
+  size_t done = 0;
+  while (done < contents.size()) {
+    ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::InternalError(Errno("write", path));
+    done += static_cast<size_t>(n);
+  }
+  if (sync && ::fsync(fd) != 0) return absl::InternalError(Errno("fsync", path));
+  return absl::OkStatus();
 }
 
 Status FsyncPath(const std::string& path, int flags) {
@@ -47,21 +64,7 @@ Status SyncFileSystem(const std::string& dir) {
 }
 
 Status WriteNewFile(const std::string& path, const std::string& contents) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(Errno("create", path));
-  size_t done = 0;
-  while (done < contents.size()) {
-    ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      Status s = absl::InternalError(Errno("write", path));
-      ::close(fd);
-      return s;
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  return absl::OkStatus();
+  return WriteWholeFile(path, contents, /*sync=*/false);
 }
 
 StatusOr<std::vector<std::pair<std::string, std::string>>> ReadProperties(const std::string& path) {
@@ -82,23 +85,7 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> ReadProperties(const 
 
 Status WriteFileDurably(const std::string& path, const std::string& contents) {
   std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(Errno("create", tmp));
-  size_t done = 0;
-  while (done < contents.size()) {
-    ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      ::close(fd);
-      return absl::InternalError(Errno("write", tmp));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    return absl::InternalError(Errno("fsync", tmp));
-  }
-  ::close(fd);
+  RUNNEL_RETURN_IF_ERROR(WriteWholeFile(tmp, contents, /*sync=*/true));
   if (::rename(tmp.c_str(), path.c_str()) != 0) return absl::InternalError(Errno("rename", tmp));
   return FsyncDir(fs::path(path).parent_path().string());
 }

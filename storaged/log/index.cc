@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "common/util/big_endian.h"
+#include "storaged/log/file_io.h"
 
 namespace runnel::storaged {
 namespace {
@@ -31,37 +32,6 @@ void StoreInt64(uint8_t* p, int64_t value) { StoreBigEndian(p, static_cast<uint6
 
 int64_t RoundDownToEntries(int64_t bytes, int entry_size) {
   return bytes <= 0 ? 0 : bytes / entry_size * entry_size;
-}
-
-Status PreadAll(int fd, uint8_t* buf, size_t n, int64_t pos, const std::string& path) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = ::pread(fd, buf + done, n - done, pos + int64_t(done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return absl::InternalError(Errno("read", path));
-    }
-    if (r == 0) {
-      return absl::DataLossError(
-          fmt::format("{}: unexpected end of file at byte {}", path, pos + int64_t(done)));
-    }
-    done += size_t(r);
-  }
-  return absl::OkStatus();
-}
-
-Status PwriteAll(int fd, const uint8_t* buf, size_t n, int64_t pos, const std::string& path) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = ::pwrite(fd, buf + done, n - done, pos + int64_t(done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return absl::InternalError(Errno("write", path));
-    }
-    if (r == 0) return absl::InternalError(fmt::format("write {}: wrote nothing", path));
-    done += size_t(r);
-  }
-  return absl::OkStatus();
 }
 
 bool IsZero(const uint8_t* p, int n) {
@@ -174,7 +144,7 @@ Status IndexFile::Load(int32_t max_index_bytes, bool in_memory) {
   // segment's index; a full check finds an index damaged in the middle before a lookup
   // trusts it).
   std::vector<uint8_t> bytes(size_t(slots) * entry_size_);
-  RUNNEL_RETURN_IF_ERROR(PreadAll(fd, bytes.data(), bytes.size(), 0, path_));
+  RUNNEL_RETURN_IF_ERROR(PreadFull(fd, bytes.data(), bytes.size(), 0, path_));
   auto slot = [&](int i) { return bytes.data() + size_t(i) * entry_size_; };
   int n = 0;
   if (slots > 0) {
@@ -206,28 +176,18 @@ Status IndexFile::Load(int32_t max_index_bytes, bool in_memory) {
   }
   written_entries_ = n;
   bytes.resize(size_t(n) * entry_size_);
+  memory_ = std::move(bytes);
+  SetEntriesLocked(n);
   int max_entries = slots;
+  in_memory_ = in_memory;
   if (in_memory) {
-    memory_ = std::move(bytes);
-    in_memory_ = true;
     int64_t wanted = RoundDownToEntries(max_index_bytes, entry_size_);
     if (file_bytes_ % entry_size_ == 0)
       max_entries = std::max<int64_t>(slots, wanted / entry_size_);
   } else {
-    memory_.clear();
-    in_memory_ = false;
-    last_ = Entry{};
-    if (n > 0) {
-      last_.slot = n - 1;
-      std::memcpy(last_.bytes, slot(n - 1), size_t(entry_size_));
-    }
+    std::vector<uint8_t>().swap(memory_);  // only the count and the last entry stay
   }
   max_entries_.store(max_entries, std::memory_order_release);
-  if (in_memory_) {
-    SetEntriesLocked(n);
-  } else {
-    entries_.store(n, std::memory_order_release);
-  }
   return absl::OkStatus();
 }
 
@@ -251,7 +211,7 @@ Status IndexFile::BringIntoMemoryLocked() {
   std::vector<uint8_t> bytes(size_t(n) * entry_size_);
   if (n > 0) {
     RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, OpenLocked(/*create=*/false));
-    RUNNEL_RETURN_IF_ERROR(PreadAll(fh->fd(), bytes.data(), bytes.size(), 0, path_));
+    RUNNEL_RETURN_IF_ERROR(PreadFull(fh->fd(), bytes.data(), bytes.size(), 0, path_));
   }
   memory_ = std::move(bytes);
   in_memory_ = true;
@@ -266,7 +226,7 @@ Status IndexFile::WriteBackLocked() {
   if (written_entries_ < n) {
     const int64_t from = int64_t{written_entries_} * entry_size_;
     RUNNEL_RETURN_IF_ERROR(
-        PwriteAll(fh->fd(), memory_.data() + from, size_t(valid - from), from, path_));
+        PwriteFull(fh->fd(), memory_.data() + from, size_t(valid - from), from, path_));
     written_entries_ = n;
     file_bytes_ = std::max(file_bytes_, valid);
   }
@@ -411,7 +371,7 @@ std::optional<IndexFile::Entry> IndexFile::At(int i) const {
   }
   std::shared_ptr<FileHandle> fh = FileForRead();
   if (fh == nullptr ||
-      !PreadAll(fh->fd(), e.bytes, size_t(entry_size_), int64_t{i} * entry_size_, "").ok()) {
+      !PreadFull(fh->fd(), e.bytes, size_t(entry_size_), int64_t{i} * entry_size_, "").ok()) {
     return std::nullopt;
   }
   return e;
@@ -441,7 +401,7 @@ std::optional<IndexFile::Entry> IndexFile::LastWhere(
   if (fh == nullptr) return std::nullopt;
   uint8_t probe[kMaxEntrySize];
   auto on_disk = [&](int i) -> std::optional<bool> {
-    if (!PreadAll(fh->fd(), probe, size_t(entry_size_), int64_t{i} * entry_size_, "").ok()) {
+    if (!PreadFull(fh->fd(), probe, size_t(entry_size_), int64_t{i} * entry_size_, "").ok()) {
       return std::nullopt;
     }
     return below(probe);
@@ -450,7 +410,7 @@ std::optional<IndexFile::Entry> IndexFile::LastWhere(
   if (!slot) return std::nullopt;
   e.slot = *slot;
   if (e.slot >= 0 &&
-      !PreadAll(fh->fd(), e.bytes, size_t(entry_size_), int64_t{e.slot} * entry_size_, "").ok()) {
+      !PreadFull(fh->fd(), e.bytes, size_t(entry_size_), int64_t{e.slot} * entry_size_, "").ok()) {
     return std::nullopt;
   }
   return e;

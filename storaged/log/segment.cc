@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/util/big_endian.h"
+#include "storaged/log/file_io.h"
 #include "storaged/log/file_names.h"
 
 namespace runnel::storaged {
@@ -41,38 +42,6 @@ template <typename Seg>
 Status InFile(const Status& s, const Seg& segment) {
   if (s.ok()) return s;
   return absl::Status(s.code(), fmt::format("{}: {}", segment.log_path(), s.message()));
-}
-
-// Reads exactly n bytes at pos; a short read (end of file) is DataLoss.
-Status PreadFull(int fd, uint8_t* buf, size_t n, int64_t pos) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = ::pread(fd, buf + done, n - done, pos + int64_t(done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus("read", "");
-    }
-    if (r == 0) {
-      return absl::DataLossError(
-          fmt::format("unexpected end of file at byte {}", pos + int64_t(done)));
-    }
-    done += size_t(r);
-  }
-  return absl::OkStatus();
-}
-
-Status PwriteFull(int fd, const uint8_t* buf, size_t n, int64_t pos) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = ::pwrite(fd, buf + done, n - done, pos + int64_t(done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus("write", "");
-    }
-    if (r == 0) return absl::InternalError("write: wrote nothing");
-    done += size_t(r);
-  }
-  return absl::OkStatus();
 }
 
 // Parses the scan fields of a header at `p` (at least kBatchHeaderSize bytes), found at
