@@ -4,6 +4,7 @@
 // loop, which applies it here. Handlers read it synchronously (Metadata, DescribeCluster).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -22,6 +23,11 @@ struct PartitionInfo {
   std::vector<int32_t> isr;
   int32_t leader = -1;
   int32_t leader_epoch = 0;
+
+  // Whether `node` holds one of its replicas.
+  bool HostedOn(int32_t node) const {
+    return std::find(replicas.begin(), replicas.end(), node) != replicas.end();
+  }
 };
 
 // Kafka's internal topics: the coordinators' state topics, nothing else; also before they

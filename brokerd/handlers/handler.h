@@ -6,7 +6,6 @@
 // once, on the loop thread (possibly later, after an async controller call).
 #pragma once
 
-#include <algorithm>
 #include <memory>
 #include <span>
 #include <string>
@@ -164,7 +163,7 @@ struct LocalLogs {
   bool Missing(const std::string& topic, const PartitionInfo& p, bool* failed) const {
     *failed = false;
     if (view == nullptr || !view->ready()) return false;
-    if (std::find(p.replicas.begin(), p.replicas.end(), node_id) == p.replicas.end()) return false;
+    if (!p.HostedOn(node_id)) return false;
     if (view->Find(topic, p.id) != nullptr) return false;
     *failed = view->CreateFailure(topic, p.id) != nullptr;
     return true;

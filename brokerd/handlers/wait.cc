@@ -68,7 +68,7 @@ void WaitForMetadata(BrokerContext& broker, std::function<bool()> ready, int64_t
 
 bool PartitionsReadyHere(const BrokerContext& broker, const TopicInfo& topic) {
   for (const auto& [index, p] : topic.partitions) {
-    bool here = std::find(p.replicas.begin(), p.replicas.end(), broker.node_id) != p.replicas.end();
+    bool here = p.HostedOn(broker.node_id);
     if (here && broker.partitions.Find(topic.name, index) == nullptr &&
         broker.partitions.CreateFailure(topic.name, index) == nullptr) {
       return false;

@@ -105,6 +105,10 @@ void PartitionView::Notify() {
     notified_layout_version_ = layout_version_;
     for (const auto& fn : layout_listeners_) fn();
   }
+  RunNextChange();
+}
+
+void PartitionView::RunNextChange() {
   auto once = std::move(next_change_);
   next_change_.clear();
   for (const auto& fn : once) fn();
@@ -124,9 +128,7 @@ void PartitionView::SetCreateFailures(std::map<PartitionKey, std::string> failur
   }
   if (failures == create_failures_) return;
   create_failures_ = std::move(failures);
-  auto once = std::move(next_change_);
-  next_change_.clear();
-  for (const auto& fn : once) fn();
+  RunNextChange();
 }
 
 const std::string* PartitionView::CreateFailure(const std::string& topic, int32_t partition) const {

@@ -108,6 +108,8 @@ class PartitionView {
 
  private:
   void Notify();
+  // Runs (and forgets) the OnNextChange listeners.
+  void RunNextChange();
 
   bool ready_ = false;
   uint64_t layout_version_ = 0;

@@ -21,10 +21,6 @@ constexpr uint64_t kMaxRetryMs = 30000;
 // New creation failures logged one line each per pass, the rest counted in one line.
 constexpr int kFailuresLoggedPerPass = 10;
 
-bool HostedHere(const PartitionInfo& p, int32_t node_id) {
-  return std::find(p.replicas.begin(), p.replicas.end(), node_id) != p.replicas.end();
-}
-
 void AddSpec(storage::PartitionsRequest* req, const std::string& topic, int32_t partition,
              const std::string& topic_id, const std::map<std::string, std::string>* configs) {
   storage::PartitionSpec* spec = req->add_partitions();
@@ -83,7 +79,7 @@ void StorageReconciler::Pass() {
     bool keep = false;
     if (topic != nullptr && topic->id.ToString() == stored.topic_id) {
       auto p = topic->partitions.find(key.second);
-      keep = p != topic->partitions.end() && HostedHere(p->second, node_id_);
+      keep = p != topic->partitions.end() && p->second.HostedOn(node_id_);
     }
     if (!keep) AddSpec(&deletes, key.first, key.second, stored.topic_id, nullptr);
   }
@@ -92,7 +88,7 @@ void StorageReconciler::Pass() {
     std::string id = topic.id.ToString();
     const std::map<std::string, std::string>* configs = nullptr;
     for (const auto& [index, partition] : topic.partitions) {
-      if (!HostedHere(partition, node_id_)) continue;
+      if (!partition.HostedOn(node_id_)) continue;
       if (configs == nullptr) {
         configs = &(configs_now[name] = configs_for_(metadata_, topic));
       }

@@ -156,9 +156,7 @@ Status LogManager::LoadDir(const std::string& dir) {
             "partition {} is in two log dirs: {} and {}", tp.ToString(), log_dir_of_[tp], dir));
         return;
       }
-      logs_[tp] = std::shared_ptr<Log>(std::move(*log));
-      log_dir_of_[tp] = dir;
-      ++partitions_in_dir_[dir];
+      AddLogLocked(tp, dir, std::shared_ptr<Log>(std::move(*log)));
       load_report_.segments += report.segments;
       load_report_.recovered_segments += report.recovered_segments;
       load_report_.truncated_bytes += report.truncated_bytes;
@@ -249,9 +247,7 @@ StatusOr<std::shared_ptr<Log>> LogManager::CreateLog(
       log = std::shared_ptr<Log>(std::move(*created));
       {
         MutexLock lock(&logs_mu_);
-        logs_[tp] = log;
-        log_dir_of_[tp] = dir;
-        ++partitions_in_dir_[dir];
+        AddLogLocked(tp, dir, log);
       }
       kLog()->info("[{}] created in {}", tp.ToString(), dir);
       if (!log->metadata_synced()) {
@@ -290,11 +286,16 @@ StatusOr<std::shared_ptr<Log>> LogManager::LoadOffline(const TopicPartition& tp,
   std::shared_ptr<Log> log(std::move(*loaded));
   log->set_first_dirty_offset(std::max(off.first_dirty_offset, log->State().log_start_offset));
   offline_.erase(tp);
-  logs_[tp] = log;
-  log_dir_of_[tp] = off.dir;
-  ++partitions_in_dir_[off.dir];
+  AddLogLocked(tp, off.dir, log);
   kLog()->info("[{}] loaded in {} (offline since start: {})", tp.ToString(), off.dir, off.reason);
   return log;
+}
+
+void LogManager::AddLogLocked(const TopicPartition& tp, const std::string& dir,
+                              std::shared_ptr<Log> log) {
+  logs_[tp] = std::move(log);
+  log_dir_of_[tp] = dir;
+  ++partitions_in_dir_[dir];
 }
 
 std::map<TopicPartition, std::string> LogManager::OfflineLogs() const {

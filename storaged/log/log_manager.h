@@ -91,6 +91,9 @@ class LogManager {
   LogOptions MakeLogOptions(const std::string& dir, const TopicPartition& tp,
                             const LogConfig& config);
   Status LoadDir(const std::string& dir);
+  // Registers a loaded or created log: logs_, log_dir_of_ and the dir's partition count.
+  void AddLogLocked(const TopicPartition& tp, const std::string& dir, std::shared_ptr<Log> log)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(logs_mu_);
   // CreateLog of a partition that failed to load at start: loads it as start would have.
   StatusOr<std::shared_ptr<Log>> LoadOffline(const TopicPartition& tp, const LogConfig& config)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
