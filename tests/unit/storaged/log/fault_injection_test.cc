@@ -267,6 +267,7 @@ TEST_F(FaultInjectionTest, ARollWhoseNewSegmentCannotBeCreatedLeavesTheOldOneAct
   EXPECT_FALSE(Exists(new_time));
   EXPECT_EQ(log->State().log_end_offset, end);
   EXPECT_EQ(log->State().segments, 1);
+  EXPECT_TRUE(log->Segments().back()->active()) << "the old segment is not sealed";
   EXPECT_FALSE(log->offline());
   ExpectAckedIntact(*log);
 
