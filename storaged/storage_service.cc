@@ -93,8 +93,8 @@ std::shared_ptr<Log> FindLog(const LogManager& logs, const std::string& topic, i
   if (log) {
     *error = ErrorCode::kNone;
   } else {
-    *error = logs.IsOffline(tp) ? ErrorCode::kKafkaStorageError
-                                : ErrorCode::kUnknownTopicOrPartition;
+    *error =
+        logs.IsOffline(tp) ? ErrorCode::kKafkaStorageError : ErrorCode::kUnknownTopicOrPartition;
   }
   return log;
 }

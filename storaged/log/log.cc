@@ -483,9 +483,10 @@ void Log::GoOffline(const Status& why) {
     failed_reason_ = std::string(why.message());
     failed_.store(true);
   }
-  kLog()->error("[{}] offline until storaged restarts (appends refused, recovery at the next "
-                "start): {}",
-                tp().ToString(), why.message());
+  kLog()->error(
+      "[{}] offline until storaged restarts (appends refused, recovery at the next "
+      "start): {}",
+      tp().ToString(), why.message());
   if (options_.on_offline) options_.on_offline(tp(), std::string(why.message()));
 }
 

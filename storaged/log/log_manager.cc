@@ -226,9 +226,8 @@ StatusOr<std::shared_ptr<Log>> LogManager::CreateLog(
         MutexLock lock(&logs_mu_);
         const OfflineLog& off = offline_.at(tp);
         if (off.until_restart) {
-          return absl::UnavailableError(
-              fmt::format("partition {} is offline until storaged restarts: {}", tp.ToString(),
-                          off.reason));
+          return absl::UnavailableError(fmt::format(
+              "partition {} is offline until storaged restarts: {}", tp.ToString(), off.reason));
         }
       }
       RUNNEL_ASSIGN_OR_RETURN(log, LoadOffline(tp, config));
