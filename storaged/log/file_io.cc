@@ -21,8 +21,8 @@ std::atomic<FileFaults*> g_faults{nullptr};
 Status ErrnoError(int e, std::string_view what, std::string_view path) {
   std::string message = path.empty() ? fmt::format("{}: {}", what, std::strerror(e))
                                      : fmt::format("{} {}: {}", what, path, std::strerror(e));
-  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(std::move(message));
-  return absl::InternalError(std::move(message));
+  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(message);
+  return absl::InternalError(message);
 }
 
 Status ErrnoError(std::string_view what, std::string_view path) {
