@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "storaged/log/checkpoints.h"
@@ -471,6 +473,28 @@ TEST_F(FaultInjectionManagerTest, AFailedFsyncTakesThePartitionOutOfServiceUntil
   std::vector<uint8_t> b = MakeBatch(4, testing::NowMs());
   EXPECT_EQ(t0->Append(b, 0).error, ErrorCode::kNone);
   EXPECT_EQ(m->GetLog({"t", 1})->State().log_end_offset, 16);
+}
+
+TEST_F(FaultInjectionManagerTest, TheBackgroundThreadTakesAFailedLogOutOfService) {
+  auto m = Open();
+  ASSERT_NE(m, nullptr);
+  auto t0 = m->CreateLog({"t", 0}, kTopicId, {});
+  ASSERT_TRUE(t0.ok()) << t0.status();
+  m->Start();
+  {
+    FaultInjector faults;
+    faults.Fail(FileOp::kSync, "t-0/", EIO);
+    std::vector<uint8_t> b = MakeBatch(4, testing::NowMs());
+    EXPECT_EQ((*t0)->Append(b, 0).error, ErrorCode::kKafkaStorageError);
+  }
+  // The failure wakes the background thread, which passes at least once a second anyway.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (m->GetLog({"t", 0}) != nullptr && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(m->GetLog({"t", 0}), nullptr);
+  EXPECT_TRUE(m->IsOffline({"t", 0}));
+  ASSERT_TRUE(m->Shutdown().ok());
 }
 
 }  // namespace
