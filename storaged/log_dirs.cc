@@ -14,6 +14,7 @@
 
 #include "common/protocol/uuid.h"
 #include "storaged/log/file_cache.h"
+#include "storaged/log/file_io.h"
 
 namespace runnel::storaged {
 namespace fs = std::filesystem;
@@ -25,27 +26,17 @@ std::string Errno(const char* what, const std::string& path) {
 
 // Creates (or truncates) `path` and writes `contents` into it, then fsync when `sync`.
 Status WriteWholeFile(const std::string& path, const std::string& contents, bool sync) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(Errno("create", path));
+  RUNNEL_ASSIGN_OR_RETURN(int fd, OpenFile(path, O_WRONLY | O_CREAT | O_TRUNC));
   FileHandle closes(fd);
-  size_t done = 0;
-  while (done < contents.size()) {
-    ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return absl::InternalError(Errno("write", path));
-    done += static_cast<size_t>(n);
-  }
-  if (sync && ::fsync(fd) != 0) return absl::InternalError(Errno("fsync", path));
+  RUNNEL_RETURN_IF_ERROR(WriteAll(fd, contents.data(), contents.size(), path));
+  if (sync) RUNNEL_RETURN_IF_ERROR(SyncFd(fd, /*data_only=*/false, path));
   return absl::OkStatus();
 }
 
 Status FsyncPath(const std::string& path, int flags) {
-  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError(Errno("open", path));
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return absl::InternalError(Errno("fsync", path));
-  return absl::OkStatus();
+  RUNNEL_ASSIGN_OR_RETURN(int fd, OpenFile(path, flags));
+  FileHandle closes(fd);
+  return SyncFd(fd, /*data_only=*/false, path);
 }
 
 }  // namespace
@@ -55,12 +46,9 @@ Status FsyncDir(const std::string& dir) { return FsyncPath(dir, O_RDONLY | O_DIR
 Status FsyncFile(const std::string& path) { return FsyncPath(path, O_RDONLY); }
 
 Status SyncFileSystem(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError(Errno("open", dir));
-  int rc = ::syncfs(fd);
-  ::close(fd);
-  if (rc != 0) return absl::InternalError(Errno("syncfs", dir));
-  return absl::OkStatus();
+  RUNNEL_ASSIGN_OR_RETURN(int fd, OpenFile(dir, O_RDONLY | O_DIRECTORY));
+  FileHandle closes(fd);
+  return SyncFileSystemOf(fd, dir);
 }
 
 Status WriteNewFile(const std::string& path, const std::string& contents) {
@@ -85,8 +73,14 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> ReadProperties(const 
 
 Status WriteFileDurably(const std::string& path, const std::string& contents) {
   std::string tmp = path + ".tmp";
-  RUNNEL_RETURN_IF_ERROR(WriteWholeFile(tmp, contents, /*sync=*/true));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return absl::InternalError(Errno("rename", tmp));
+  // On failure the old file stays as it was, and the temp file goes (a full disk is not
+  // made fuller by it).
+  Status written = WriteWholeFile(tmp, contents, /*sync=*/true);
+  if (written.ok()) written = RenameFile(tmp, path);
+  if (!written.ok()) {
+    ::unlink(tmp.c_str());
+    return written;
+  }
   return FsyncDir(fs::path(path).parent_path().string());
 }
 

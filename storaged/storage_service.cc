@@ -83,11 +83,19 @@ void ToProto(const FileRange& from, storage::FileRange* to) {
   to->set_inode(from.inode);
 }
 
-// The log the partition names, or nullptr with `*error` set to why not.
+// The log the partition names, or nullptr with `*error` set to why not: an offline log
+// (one that failed to load, or an I/O error took offline) is KAFKA_STORAGE_ERROR, as Kafka
+// answers for a partition on an offline log dir.
 std::shared_ptr<Log> FindLog(const LogManager& logs, const std::string& topic, int32_t partition,
                              ErrorCode* error) {
-  std::shared_ptr<Log> log = logs.GetLog(Tp(topic, partition));
-  *error = log ? ErrorCode::kNone : ErrorCode::kUnknownTopicOrPartition;
+  const TopicPartition tp = Tp(topic, partition);
+  std::shared_ptr<Log> log = logs.GetLog(tp);
+  if (log) {
+    *error = ErrorCode::kNone;
+  } else {
+    *error =
+        logs.IsOffline(tp) ? ErrorCode::kKafkaStorageError : ErrorCode::kUnknownTopicOrPartition;
+  }
   return log;
 }
 
@@ -212,10 +220,11 @@ namespace {
 // on `out`) otherwise.
 std::shared_ptr<Log> FindSpecLog(LogManager& logs, const storage::PartitionSpec& spec,
                                  storage::PartitionResult* out) {
-  ErrorCode error;
-  std::shared_ptr<Log> log = FindLog(logs, spec.topic(), spec.partition(), &error);
+  // Not FindLog: to a config change or a deletion an offline log is not there (brokerd's
+  // reconciler takes UNKNOWN_TOPIC_OR_PARTITION as settled).
+  std::shared_ptr<Log> log = logs.GetLog(Tp(spec.topic(), spec.partition()));
   if (!log) {
-    SetError(out, error, "no such partition here");
+    SetError(out, ErrorCode::kUnknownTopicOrPartition, "no such partition here");
     return nullptr;
   }
   if (!spec.topic_id().empty() && spec.topic_id() != log->topic_id()) {

@@ -1,12 +1,11 @@
 #include "storaged/log/file_cache.h"
 
 #include <fcntl.h>
-#include <fmt/format.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <vector>
+
+#include "storaged/log/file_io.h"
 
 namespace runnel::storaged {
 
@@ -22,13 +21,7 @@ StatusOr<std::shared_ptr<FileHandle>> FileCache::Get(const std::string& path, bo
     lru_.splice(lru_.begin(), lru_, it->second);
     return it->second->second;
   }
-  int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
-  int fd = ::open(path.c_str(), flags, 0644);
-  if (fd < 0) {
-    int err = errno;
-    std::string message = fmt::format("open {}: {}", path, std::strerror(err));
-    return err == ENOENT ? absl::NotFoundError(message) : absl::InternalError(message);
-  }
+  RUNNEL_ASSIGN_OR_RETURN(int fd, OpenFile(path, O_RDWR | (create ? O_CREAT : 0)));
   ++opens_;
   auto handle = std::make_shared<FileHandle>(fd);
   lru_.emplace_front(path, handle);

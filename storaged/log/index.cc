@@ -132,8 +132,7 @@ Status IndexFile::Load(int32_t max_index_bytes, bool in_memory) {
   MutexLock lock(&mu_);
   // Opened directly, not through the cache: a handle cached under this name may be of a
   // file unlinked since. Later opens check the inode against this one.
-  int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(Errno("open", path_));
+  RUNNEL_ASSIGN_OR_RETURN(int fd, OpenFile(path_, O_RDWR | O_CREAT));
   FileHandle closes(fd);
   struct stat st {};
   if (::fstat(fd, &st) != 0) return absl::InternalError(Errno("fstat", path_));
@@ -231,7 +230,7 @@ Status IndexFile::WriteBackLocked() {
     file_bytes_ = std::max(file_bytes_, valid);
   }
   if (file_bytes_ > valid) {
-    if (::ftruncate(fh->fd(), valid) != 0) return absl::InternalError(Errno("truncate", path_));
+    RUNNEL_RETURN_IF_ERROR(TruncateFd(fh->fd(), valid, path_));
     file_bytes_ = valid;
   }
   return absl::OkStatus();
@@ -261,11 +260,9 @@ Status IndexFile::Resize(int32_t max_index_bytes) {
 
 Status IndexFile::Flush() {
   MutexLock lock(&mu_);
-  if (!in_memory_) return absl::OkStatus();
-  RUNNEL_RETURN_IF_ERROR(WriteBackLocked());
+  if (in_memory_) RUNNEL_RETURN_IF_ERROR(WriteBackLocked());
   RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, OpenLocked(/*create=*/true));
-  if (::fdatasync(fh->fd()) != 0) return absl::InternalError(Errno("fdatasync", path_));
-  return absl::OkStatus();
+  return SyncFd(fh->fd(), /*data_only=*/true, path_);
 }
 
 void IndexFile::Reset() {
@@ -282,10 +279,7 @@ Status IndexFile::RenameTo(const std::string& new_path) {
   // Forget both names: a cached handle under the new name would be a file unlinked earlier.
   files_->Forget(path_);
   files_->Forget(new_path);
-  if (::rename(path_.c_str(), new_path.c_str()) != 0) {
-    return absl::InternalError(
-        fmt::format("rename {} to {}: {}", path_, new_path, std::strerror(errno)));
-  }
+  RUNNEL_RETURN_IF_ERROR(RenameFile(path_, new_path));
   path_ = new_path;
   return absl::OkStatus();
 }

@@ -13,6 +13,7 @@
 
 #include "common/log/log.h"
 #include "common/protocol/uuid.h"
+#include "storaged/log/file_io.h"
 #include "storaged/log_dirs.h"
 
 namespace runnel::storaged {
@@ -80,8 +81,8 @@ StatusOr<std::unique_ptr<Log>> Log::Open(LogOptions options, std::string topic_i
   std::unique_ptr<Log> log(new Log(std::move(options)));
   const std::string& dir = log->options_.dir;
   // A directory made here is known empty: nothing to list, nothing left over to remove.
-  bool fresh = ::mkdir(dir.c_str(), 0755) == 0;
-  if (!fresh && errno != EEXIST) return ErrnoStatus("mkdir", dir);
+  bool fresh = false;
+  RUNNEL_RETURN_IF_ERROR(MakeDir(dir, 0755, &fresh));
   std::string metadata_path = dir + "/" + std::string(kPartitionMetadata);
   struct stat metadata_st;
   // An empty file is one whose write a crash cut short (it is written without waiting for
@@ -139,9 +140,7 @@ Status Log::RemoveLeftovers(LoadReport* report) {
       std::string final_path = SegmentFilePath(dir, *base, kind);
       std::string swap_path = final_path + std::string(kSwapSuffix);
       if (::access(swap_path.c_str(), F_OK) == 0) {
-        if (::rename(swap_path.c_str(), final_path.c_str()) != 0) {
-          return ErrnoStatus("rename", swap_path);
-        }
+        RUNNEL_RETURN_IF_ERROR(RenameFile(swap_path, final_path));
       } else if (kind != kLogSuffix) {
         // No index came with the swap: the old one must not survive; it is rebuilt.
         ::unlink(final_path.c_str());
@@ -407,13 +406,25 @@ bool Log::ShouldRollLocked(const LogConfig& cfg, const Segment& active, int64_t 
 }
 
 Status Log::RollLocked() {
+  if (failed_.load()) return absl::UnavailableError("the log is offline");
   std::shared_ptr<Segment> old = ActiveSegment();
   int64_t base = log_end_offset_.load();
   if (old->base_offset() == base) return absl::OkStatus();  // already empty at the end
-  RUNNEL_RETURN_IF_ERROR(old->OnRoll());
+  // The new segment first, then the old one's indexes: a write failing at either step
+  // leaves the old segment active and the log as it was, and the next append tries again.
   RUNNEL_ASSIGN_OR_RETURN(std::unique_ptr<Segment> seg,
                           Segment::Open(options_.dir, base, config().segment_index_bytes,
                                         /*create=*/true, /*active=*/true, options_.files));
+  Status rolled = old->OnRoll(/*sync=*/false);
+  if (rolled.ok()) {
+    rolled = old->SyncIndexes();
+    if (!rolled.ok()) GoOffline(rolled);
+  }
+  if (!rolled.ok()) {
+    Status dropped = seg->Delete();
+    if (!dropped.ok()) kLog()->warn("[{}] {}", tp().ToString(), dropped.message());
+    return rolled;
+  }
   seg->set_created_ms(options_.now_ms());
   {
     MutexLock lock(&segments_mu_);
@@ -458,15 +469,59 @@ AppendResult Log::Append(std::span<uint8_t> records, int32_t leader_epoch) {
   if (result.error != ErrorCode::kNone) return result;
   Notify();
   if (needs_flush) {
+    // A failure takes the log offline (FlushUpTo): this append is not acknowledged.
     Status flushed = FlushUpTo(result.last_offset + 1);
-    if (!flushed.ok()) {
-      failed_.store(true);
-      kLog()->error("[{}] flush failed, the log takes no more appends: {}", tp().ToString(),
-                    flushed.message());
-      return Fail(ErrorCode::kKafkaStorageError, std::string(flushed.message()));
-    }
+    if (!flushed.ok()) return Fail(ErrorCode::kKafkaStorageError, std::string(flushed.message()));
   }
   return result;
+}
+
+void Log::GoOffline(const Status& why) {
+  {
+    MutexLock lock(&failed_mu_);
+    if (failed_.load()) return;
+    failed_reason_ = std::string(why.message());
+    failed_.store(true);
+  }
+  kLog()->error(
+      "[{}] offline until storaged restarts (appends refused, recovery at the next "
+      "start): {}",
+      tp().ToString(), why.message());
+  if (options_.on_offline) options_.on_offline(tp(), std::string(why.message()));
+}
+
+std::string Log::offline_reason() const {
+  MutexLock lock(&failed_mu_);
+  return failed_reason_;
+}
+
+AppendResult Log::WriteFailed(const Status& written) {
+  if (written.code() == absl::StatusCode::kDataLoss) {
+    // The torn write could not be cut back: the file's tail is unknown.
+    GoOffline(written);
+  } else {
+    // Retriable (a full disk): said once per kWriteErrorLogIntervalMs, not once an append.
+    const int64_t failures = write_failures_.fetch_add(1) + 1;
+    const int64_t now = options_.now_ms();
+    int64_t last = last_write_error_log_ms_.load();
+    if (now - last >= kWriteErrorLogIntervalMs &&
+        last_write_error_log_ms_.compare_exchange_strong(last, now)) {
+      kLog()->error("[{}] append failed, the log is unchanged ({} failed so far): {}",
+                    tp().ToString(), failures, written.message());
+    }
+  }
+  return Fail(ErrorCode::kKafkaStorageError, std::string(written.message()));
+}
+
+void Log::WriteSucceeded() {
+  if (write_failures_.load(std::memory_order_relaxed) == 0) [[likely]] {
+    return;
+  }
+  const int64_t failures = write_failures_.exchange(0);
+  if (failures > 0) {
+    last_write_error_log_ms_.store(INT64_MIN / 2);
+    kLog()->info("[{}] appends succeed again after {} failed", tp().ToString(), failures);
+  }
 }
 
 AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
@@ -474,7 +529,8 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
                                bool* needs_flush) {
   if (closed_) return Fail(ErrorCode::kNotLeaderOrFollower, "the log is closed");
   if (failed_.load()) {
-    return Fail(ErrorCode::kKafkaStorageError, "an earlier I/O error took this log offline");
+    return Fail(ErrorCode::kKafkaStorageError,
+                fmt::format("the log is offline until storaged restarts: {}", offline_reason()));
   }
   const int64_t now = options_.now_ms();
   int64_t next = log_end_offset_.load();
@@ -508,10 +564,8 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
   }
   const int64_t position = active->size();
   Status written = active->Append(records, batches, cfg.index_interval_bytes);
-  if (!written.ok()) {
-    kLog()->error("[{}] append failed: {}", tp().ToString(), written.message());
-    return Fail(ErrorCode::kKafkaStorageError, std::string(written.message()));
-  }
+  if (!written.ok()) return WriteFailed(written);
+  WriteSucceeded();
   result.range = {active->log_path(), position, int32_t(records.size()), active->inode()};
   log_end_offset_.store(next, std::memory_order_release);
   if (leader_epoch >= 0) {
@@ -545,7 +599,8 @@ AppendResult Log::AppendWithOffsets(std::span<uint8_t> records) {
   {
     MutexLock lock(&append_mu_);
     if (failed_.load() || closed_) {
-      return Fail(ErrorCode::kKafkaStorageError, "the log is offline");
+      return Fail(ErrorCode::kKafkaStorageError,
+                  closed_ ? "the log is closed" : "the log is offline until storaged restarts");
     }
     int64_t next = log_end_offset_.load();
     if ((*batches)[0].base_offset() < next) {
@@ -577,7 +632,8 @@ AppendResult Log::AppendWithOffsets(std::span<uint8_t> records) {
       return Fail(ErrorCode::kInvalidRecord, "batch offsets do not fit the active segment");
     }
     Status written = active->Append(records, *batches, cfg.index_interval_bytes);
-    if (!written.ok()) return Fail(ErrorCode::kKafkaStorageError, std::string(written.message()));
+    if (!written.ok()) return WriteFailed(written);
+    WriteSucceeded();
     log_end_offset_.store(result.last_offset + 1);
     result.log_start_offset = log_start_offset_.load();
     result.high_watermark = result.last_offset + 1;
@@ -806,15 +862,27 @@ Status Log::TruncateTo(int64_t offset) {
 }
 
 Status Log::FlushUpTo(int64_t offset) {
+  // After a failed fsync a second one may succeed without the data being on disk (the
+  // kernel marks the pages clean either way): no retry, ever, until a restart recovers.
+  if (failed_.load()) {
+    return absl::UnavailableError(
+        fmt::format("the log is offline until storaged restarts: {}", offline_reason()));
+  }
   // The topic id is on disk before any record is.
-  RUNNEL_RETURN_IF_ERROR(SyncMetadata());
+  if (Status synced = SyncMetadata(); !synced.ok()) {
+    GoOffline(synced);
+    return synced;
+  }
   MutexLock lock(&flush_mu_);
   if (recovery_point_.load() >= offset) return absl::OkStatus();  // a flusher got here first
   // Everything appended so far is in the page cache: one fdatasync per segment covers it.
   int64_t target = log_end_offset_.load(std::memory_order_acquire);
   int64_t messages = appended_messages_.load();
   for (const std::shared_ptr<Segment>& seg : SegmentsFrom(recovery_point_.load())) {
-    RUNNEL_RETURN_IF_ERROR(seg->Flush());
+    if (Status flushed = seg->Flush(); !flushed.ok()) {
+      GoOffline(flushed);
+      return flushed;
+    }
   }
   recovery_point_.store(std::max(recovery_point_.load(), target));
   flush_count_.fetch_add(1);
@@ -953,6 +1021,7 @@ std::pair<int32_t, int64_t> Log::EndOffsetForEpoch(int32_t epoch) const {
 }
 
 Status Log::Close(bool sync) {
+  if (failed_.load()) sync = false;  // no second fsync after a failed one (FlushUpTo)
   if (sync) RUNNEL_RETURN_IF_ERROR(SyncMetadata());
   MutexLock lock(&append_mu_);
   if (closed_) return absl::OkStatus();
@@ -962,7 +1031,8 @@ Status Log::Close(bool sync) {
     Status s = seg->Close(sync);
     if (!s.ok() && result.ok()) result = s;
   }
-  if (result.ok()) recovery_point_.store(log_end_offset_.load());
+  // An offline log keeps the recovery point of its last good flush (see FlushUpTo).
+  if (result.ok() && !failed_.load()) recovery_point_.store(log_end_offset_.load());
   return result;
 }
 
@@ -973,9 +1043,7 @@ StatusOr<std::string> Log::MarkDeleted() {
   std::string hex;
   for (uint8_t b : id.bytes) hex += fmt::format("{:02x}", b);
   std::string target = parent + "/" + DeletedPartitionDirName(tp(), hex);
-  if (::rename(options_.dir.c_str(), target.c_str()) != 0) {
-    return ErrnoStatus("rename", options_.dir);
-  }
+  RUNNEL_RETURN_IF_ERROR(RenameFile(options_.dir, target));
   RUNNEL_RETURN_IF_ERROR(FsyncDir(parent));
   return target;
 }

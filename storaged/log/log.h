@@ -108,6 +108,9 @@ struct LogOptions {
   // Called when a segment rolls, with the offset below which everything may be flushed in
   // the background (Kafka flushes a rolled segment asynchronously).
   std::function<void(const TopicPartition&, int64_t)> on_roll;
+  // Called once when the log goes offline (see Log::offline()), with the reason; it may run
+  // under the log's locks, so it must only note the fact (the manager queues it).
+  std::function<void(const TopicPartition&, const std::string&)> on_offline;
 };
 
 // What loading a log found and did (for the startup log line and tests).
@@ -151,6 +154,14 @@ class Log {
   // request), then assigns offsets in place, stamps `leader_epoch` and LogAppendTime when
   // configured, appends them all and flushes when the policy requires. Either every batch
   // is appended or none.
+  //
+  // I/O errors: a failed write (a full disk, EIO) fails this append with
+  // KAFKA_STORAGE_ERROR, retriable: what was partly written is cut back, the log end offset
+  // stays, and the next append tries again. A failed flush (fsync/fdatasync) takes the log
+  // offline: after it the page cache and the disk may disagree in ways no retry can tell,
+  // so the log takes no more appends or flushes until storaged restarts and recovers it from
+  // the last good recovery point (Kafka takes the log dir offline). The same when a torn
+  // write cannot be cut back.
   AppendResult Append(std::span<uint8_t> records, int32_t leader_epoch);
   // Appends batches that already carry their offsets (a follower copying its leader, or a
   // test); they must start at the log end offset. Validates CRC and lengths only.
@@ -170,7 +181,12 @@ class Log {
   // Removes everything at and after `offset` (replication truncation).
   Status TruncateTo(int64_t offset);
 
+  // Whether an I/O error took the log offline (see Append), and why.
+  bool offline() const { return failed_.load(); }
+  std::string offline_reason() const;
+
   // Flushes every segment up to the current end; concurrent callers share the fdatasync.
+  // A failure takes the log offline.
   Status Flush();
   // Flushes when flush.ms has passed since the last flush and there is unflushed data.
   Status MaybeTimedFlush();
@@ -245,7 +261,14 @@ class Log {
   std::shared_ptr<Segment> ActiveSegment() const;
   std::vector<std::shared_ptr<Segment>> SegmentsFrom(int64_t offset) const;
   void Notify();
+  // Takes the log offline (once; later calls keep the first reason) and logs why.
+  void GoOffline(const Status& why);
   AppendResult Fail(protocol::ErrorCode code, std::string message, int batch_index = -1) const;
+  // An append's write failed: KAFKA_STORAGE_ERROR, logged (rate-limited); offline when the
+  // segment could not be cut back (DataLoss).
+  AppendResult WriteFailed(const Status& written);
+  // An append's write succeeded: says so once after failures.
+  void WriteSucceeded();
   AppendResult AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
                             const std::vector<record::BatchView>& batches, int32_t leader_epoch,
                             bool* needs_flush) ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
@@ -273,9 +296,15 @@ class Log {
   std::atomic<int64_t> first_dirty_offset_{0};
   std::atomic<int64_t> appended_messages_{0};
   std::atomic<int64_t> last_flush_ms_{0};
-  std::atomic<bool> failed_{false};
+  std::atomic<bool> failed_{false};  // an I/O error left the log unsafe to append to
+  mutable Mutex failed_mu_;
+  std::string failed_reason_ ABSL_GUARDED_BY(failed_mu_);
+  // Appends whose write failed since the last that succeeded, and when that was last logged.
+  static constexpr int64_t kWriteErrorLogIntervalMs = 10000;
+  std::atomic<int64_t> write_failures_{0};
+  std::atomic<int64_t> last_write_error_log_ms_{INT64_MIN / 2};
   std::atomic<uint64_t> truncations_{0};
-  std::atomic<uint64_t> flush_count_{0};  // an I/O error left the log unsafe to append to
+  std::atomic<uint64_t> flush_count_{0};
 
   // Serializes flushes; the second of two concurrent flushers usually finds its data
   // already flushed by the first (group commit).

@@ -58,6 +58,7 @@ LogOptions LogManager::MakeLogOptions(const std::string& dir, const TopicPartiti
   o.now_ms = options_.now_ms;
   o.on_change = [this](const TopicPartition& t, const LogState& s) { OnChange(t, s); };
   o.on_roll = [this](const TopicPartition& t, int64_t offset) { OnRoll(t, offset); };
+  o.on_offline = [this](const TopicPartition& t, const std::string&) { OnOffline(t); };
   return o;
 }
 
@@ -221,6 +222,14 @@ StatusOr<std::shared_ptr<Log>> LogManager::CreateLog(
       offline = offline_.count(tp) > 0;
     }
     if (!log && offline) {
+      {
+        MutexLock lock(&logs_mu_);
+        const OfflineLog& off = offline_.at(tp);
+        if (off.until_restart) {
+          return absl::UnavailableError(fmt::format(
+              "partition {} is offline until storaged restarts: {}", tp.ToString(), off.reason));
+        }
+      }
       RUNNEL_ASSIGN_OR_RETURN(log, LoadOffline(tp, config));
     } else if (!log) {
       std::string dir;
@@ -296,6 +305,59 @@ void LogManager::AddLogLocked(const TopicPartition& tp, const std::string& dir,
   logs_[tp] = std::move(log);
   log_dir_of_[tp] = dir;
   ++partitions_in_dir_[dir];
+}
+
+bool LogManager::IsOffline(const TopicPartition& tp) const {
+  MutexLock lock(&logs_mu_);
+  return offline_.count(tp) > 0;
+}
+
+void LogManager::OnOffline(const TopicPartition& tp) {
+  {
+    MutexLock lock(&work_mu_);
+    failed_logs_.push_back(tp);
+  }
+  work_cv_.SignalAll();
+}
+
+void LogManager::TakeFailedLogsOffline() {
+  std::vector<TopicPartition> failed;
+  {
+    MutexLock lock(&work_mu_);
+    failed.swap(failed_logs_);
+  }
+  for (const TopicPartition& tp : failed) {
+    std::shared_ptr<Log> log;
+    {
+      MutexLock lock(&logs_mu_);
+      auto it = logs_.find(tp);
+      if (it == logs_.end() || !it->second->offline()) continue;  // deleted meanwhile
+      log = it->second;
+      const std::string dir = log_dir_of_.at(tp);
+      const LogState state = log->State();
+      OfflineLog off;
+      off.dir = dir;
+      // Only what a flush made durable counts: the next start recovers from there.
+      off.recovery_point = state.recovery_point;
+      off.log_start_offset = state.log_start_offset;
+      off.first_dirty_offset = log->first_dirty_offset();
+      off.until_restart = true;
+      off.reason = log->offline_reason();
+      offline_[tp] = std::move(off);
+      logs_.erase(it);
+      log_dir_of_.erase(tp);
+      --partitions_in_dir_[dir];
+    }
+    // Its descriptors go; nothing is synced (Close of an offline log keeps its recovery point).
+    Status closed = log->Close(/*sync=*/false);
+    if (!closed.ok()) kLog()->warn("[{}] close: {}", tp.ToString(), closed.message());
+    kLog()->warn("[{}] out of service until storaged restarts", tp.ToString());
+    LogState gone;
+    gone.log_end_offset = -1;  // reported as a deleted log is: it is not served here
+    gone.log_start_offset = -1;
+    gone.high_watermark = -1;
+    OnChange(tp, gone);
+  }
 }
 
 std::map<TopicPartition, std::string> LogManager::OfflineLogs() const {
@@ -406,6 +468,7 @@ void LogManager::RunRetention() {
 
 void LogManager::RunTimedFlush() {
   for (const std::shared_ptr<Log>& log : AllLogs()) {
+    if (log->offline()) continue;  // said once when it went
     Status s = log->MaybeTimedFlush();
     if (!s.ok()) kLog()->error("[{}] timed flush: {}", log->tp().ToString(), s.message());
   }
@@ -489,7 +552,8 @@ void LogManager::BackgroundLoop() {
       MutexLock lock(&work_mu_);
       int64_t now = options_.now_ms();
       int64_t wake = std::min({next_retention, next_flush, next_checkpoint});
-      if (roll_flushes_.empty() && deleted_dirs_.empty() && !stopping_ && wake > now) {
+      if (roll_flushes_.empty() && deleted_dirs_.empty() && failed_logs_.empty() && !stopping_ &&
+          wake > now) {
         work_cv_.WaitFor(&work_mu_, std::chrono::milliseconds(std::min<int64_t>(wake - now, 1000)));
       }
       if (stopping_) return;
@@ -503,8 +567,9 @@ void LogManager::BackgroundLoop() {
       }
     }
     SyncNewLogs(unsynced);
+    TakeFailedLogsOffline();
     for (const auto& [tp, offset] : rolls) {
-      if (std::shared_ptr<Log> log = GetLog(tp)) {
+      if (std::shared_ptr<Log> log = GetLog(tp); log && !log->offline()) {
         Status s = log->FlushUpTo(offset);
         if (!s.ok()) kLog()->error("[{}] flush after roll: {}", tp.ToString(), s.message());
       }
@@ -587,6 +652,8 @@ Status LogManager::Shutdown() {
   work_cv_.SignalAll();
   if (background_.joinable()) background_.join();
   if (cleaner_thread_.joinable()) cleaner_thread_.join();
+  // A failed log is not closed as the others are: its recovery point must not move.
+  TakeFailedLogsOffline();
   // Logs close in parallel (index write-backs and trims), without an fsync each: 100,000
   // partitions would take three each; one syncfs per log dir afterwards makes everything
   // durable at once, before the checkpoints and the marker say so.
@@ -630,8 +697,9 @@ Status LogManager::Shutdown() {
     if (!cp.ok() && result.ok()) result = cp;
   }
   // The marker says "every log above was flushed and checkpointed": only then.
-  // A partition still offline that was not stopped cleanly before is not clean now either:
-  // its dir gets no marker, so the next start recovers what needs it.
+  // A partition still offline that was not stopped cleanly before is not clean now either,
+  // nor one a failed fsync took offline: its dir gets no marker, so the next start recovers
+  // what needs it.
   std::set<std::string> unclean;
   {
     MutexLock lock(&logs_mu_);
@@ -643,8 +711,8 @@ Status LogManager::Shutdown() {
     for (const std::string& d : options_.dirs) {
       if (unclean.count(d) > 0) {
         kLog()->warn(
-            "{}: no clean-shutdown marker: a partition offline since an unclean start "
-            "is still to recover",
+            "{}: no clean-shutdown marker: a partition offline (since an unclean start, or "
+            "after a failed fsync) is still to recover",
             d);
         continue;
       }

@@ -72,6 +72,12 @@ class LogManager {
   void RunRetention();
   void RunTimedFlush();
   Status WriteCheckpoints();
+  // Takes the logs an I/O error took offline (a failed fsync, see Log::Append) out of
+  // service: they join OfflineLogs until storaged restarts (CreateLog refuses them), keep
+  // in the checkpoints the recovery point of their last good flush, leave their dir without
+  // a clean-shutdown marker, and are reported gone to subscribers. The background thread
+  // runs this as soon as a log fails; Shutdown runs it first.
+  void TakeFailedLogsOffline();
 
   // Stops background work, flushes every log, writes the checkpoints and the clean
   // shutdown marker in every dir.
@@ -80,8 +86,10 @@ class LogManager {
   // Partitions whose logs could not be loaded at start (a resource error, damage beyond what
   // recovery mends), with the reason. They are out of service while the rest of the node
   // serves; CreateLog of one tries to load it again, as at start; the checkpoints keep what
-  // they said of it.
+  // they said of it. Also the logs taken offline by a failed fsync (TakeFailedLogsOffline),
+  // which only a restart loads again.
   std::map<TopicPartition, std::string> OfflineLogs() const;
+  bool IsOffline(const TopicPartition& tp) const;
 
   const LoadReport& load_report() const { return load_report_; }
   FileCache& files() { return files_; }
@@ -99,6 +107,7 @@ class LogManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
   void OnChange(const TopicPartition& tp, const LogState& state);
   void OnRoll(const TopicPartition& tp, int64_t offset);
+  void OnOffline(const TopicPartition& tp);
   void BackgroundLoop();
   // Makes new logs' partition.metadata durable (Log::SyncMetadata), for many at once with
   // one syncfs per log dir.
@@ -126,6 +135,8 @@ class LogManager {
     int64_t log_start_offset = 0;
     int64_t first_dirty_offset = 0;
     bool clean = false;  // its dir had the clean-shutdown marker at start
+    // An I/O error took it offline while serving: only a restart's recovery may load it.
+    bool until_restart = false;
     std::string reason;
   };
   std::map<TopicPartition, OfflineLog> offline_ ABSL_GUARDED_BY(logs_mu_);
@@ -140,6 +151,7 @@ class LogManager {
   CondVar work_cv_;
   bool stopping_ ABSL_GUARDED_BY(work_mu_) = false;
   std::vector<std::pair<TopicPartition, int64_t>> roll_flushes_ ABSL_GUARDED_BY(work_mu_);
+  std::vector<TopicPartition> failed_logs_ ABSL_GUARDED_BY(work_mu_);  // for TakeFailedLogsOffline
   // (due ms, segment)
   std::vector<std::pair<int64_t, std::shared_ptr<Segment>>> unlink_at_ ABSL_GUARDED_BY(work_mu_);
   std::vector<std::string> deleted_dirs_ ABSL_GUARDED_BY(work_mu_);

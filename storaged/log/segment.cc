@@ -88,22 +88,38 @@ StatusOr<std::unique_ptr<Segment>> Segment::Open(const std::string& dir, int64_t
   s->max_index_bytes_ = max_index_bytes;
   s->active_ = active;
   s->created_ms_ = 0;
+  const std::string index_path =
+      SegmentFilePath(dir, base_offset, kIndexSuffix) + std::string(suffix);
+  const std::string time_path =
+      SegmentFilePath(dir, base_offset, kTimeIndexSuffix) + std::string(suffix);
   struct stat st;
+  bool made = false;
   if (::stat(log_path.c_str(), &st) != 0) {
     if (errno != ENOENT || !create) return ErrnoStatus("stat", log_path);
     RUNNEL_ASSIGN_OR_RETURN(auto fh, files->Get(log_path, /*create=*/true));
+    made = true;
     if (::fstat(fh->fd(), &st) != 0) return ErrnoStatus("fstat", log_path);
   }
   s->size_.store(st.st_size);
   s->inode_ = static_cast<uint64_t>(st.st_ino);
-  std::string index_path = SegmentFilePath(dir, base_offset, kIndexSuffix) + std::string(suffix);
-  std::string time_path = SegmentFilePath(dir, base_offset, kTimeIndexSuffix) + std::string(suffix);
   s->indexes_missing_ =
       ::access(index_path.c_str(), F_OK) != 0 || ::access(time_path.c_str(), F_OK) != 0;
-  RUNNEL_ASSIGN_OR_RETURN(
-      s->offset_index_, OffsetIndex::Open(index_path, base_offset, max_index_bytes, active, files));
-  RUNNEL_ASSIGN_OR_RETURN(s->time_index_,
-                          TimeIndex::Open(time_path, base_offset, max_index_bytes, active, files));
+  Status opened = [&]() -> Status {
+    RUNNEL_ASSIGN_OR_RETURN(s->offset_index_, OffsetIndex::Open(index_path, base_offset,
+                                                                max_index_bytes, active, files));
+    RUNNEL_ASSIGN_OR_RETURN(
+        s->time_index_, TimeIndex::Open(time_path, base_offset, max_index_bytes, active, files));
+    return absl::OkStatus();
+  }();
+  if (!opened.ok() && made) {
+    // A new segment whose index could not be made (a full disk): nothing of it stays, so a
+    // later roll to the same offset starts afresh and a load does not find half a segment.
+    for (const std::string& p : {log_path, index_path, time_path}) {
+      files->Forget(p);
+      ::unlink(p.c_str());
+    }
+  }
+  RUNNEL_RETURN_IF_ERROR(opened);
   return s;
 }
 
@@ -142,9 +158,9 @@ Status Segment::Append(record::ByteSpan bytes, const std::vector<record::BatchVi
   if (!written.ok()) written = InFile(written, *this);
   if (!written.ok()) {
     // Cut back whatever part was written, so the file still ends at a batch boundary.
-    if (::ftruncate(fh->fd(), start) != 0) {
-      return absl::InternalError(fmt::format("{}; and truncating back to {} failed: {}",
-                                             written.message(), start, std::strerror(errno)));
+    if (Status cut = TruncateFd(fh->fd(), start, ""); !cut.ok()) {
+      return absl::DataLossError(fmt::format("{}; and cutting it back to {} bytes failed: {}",
+                                             written.message(), start, cut.message()));
     }
     return written;
   }
@@ -163,8 +179,7 @@ Status Segment::Append(record::ByteSpan bytes, const std::vector<record::BatchVi
 
 Status Segment::Flush() {
   RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, File());
-  if (::fdatasync(fh->fd()) != 0) return ErrnoStatus("fdatasync", log_path());
-  return absl::OkStatus();
+  return SyncFd(fh->fd(), /*data_only=*/true, log_path());
 }
 
 Status Segment::ScanBatches(int64_t position, int64_t end,
@@ -352,7 +367,7 @@ StatusOr<SegmentRecovery> Segment::Recover(int32_t index_interval_bytes) {
   result.valid_bytes = position;
   result.truncated_bytes = end - position;
   if (result.truncated_bytes > 0) {
-    if (::ftruncate(fh->fd(), position) != 0) return ErrnoStatus("truncate", log_path());
+    RUNNEL_RETURN_IF_ERROR(TruncateFd(fh->fd(), position, log_path()));
     size_.store(position);
   }
   if (!active_) RUNNEL_RETURN_IF_ERROR(TrimIndexes());
@@ -403,7 +418,7 @@ Status Segment::TruncateTo(int64_t offset) {
   RUNNEL_ASSIGN_OR_RETURN(std::optional<BatchLocation> loc, FindBatch(offset, size()));
   if (!loc) return absl::OkStatus();  // nothing at or after offset
   RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, File());
-  if (::ftruncate(fh->fd(), loc->position) != 0) return ErrnoStatus("truncate", log_path());
+  RUNNEL_RETURN_IF_ERROR(TruncateFd(fh->fd(), loc->position, log_path()));
   size_.store(loc->position);
   RUNNEL_RETURN_IF_ERROR(offset_index_->TruncateTo(loc->base_offset));
   RUNNEL_RETURN_IF_ERROR(time_index_->TruncateTo(loc->base_offset));
@@ -428,12 +443,16 @@ Status Segment::OnRoll(bool sync) {
   if (max_timestamp() >= 0) {
     RUNNEL_RETURN_IF_ERROR(time_index_->MaybeAppend(max_timestamp(), offset_of_max_timestamp()));
   }
+  // Each step can be done again after a failure (a write-back goes on from what was written).
+  RUNNEL_RETURN_IF_ERROR(TrimIndexes());
+  if (sync) RUNNEL_RETURN_IF_ERROR(SyncIndexes());
   active_ = false;
-  if (sync) {
-    RUNNEL_RETURN_IF_ERROR(offset_index_->Flush());
-    RUNNEL_RETURN_IF_ERROR(time_index_->Flush());
-  }
-  return TrimIndexes();
+  return absl::OkStatus();
+}
+
+Status Segment::SyncIndexes() {
+  RUNNEL_RETURN_IF_ERROR(offset_index_->Flush());
+  return time_index_->Flush();
 }
 
 Status Segment::Reactivate() {
@@ -465,7 +484,7 @@ Status Segment::RenameSuffix(std::string_view from, std::string_view to) {
   // Forget both names: a cached handle under the new name would be a file unlinked earlier.
   files_->Forget(old_log);
   files_->Forget(new_log);
-  if (::rename(old_log.c_str(), new_log.c_str()) != 0) return ErrnoStatus("rename", old_log);
+  RUNNEL_RETURN_IF_ERROR(RenameFile(old_log, new_log));
   {
     MutexLock lock(&path_mu_);
     log_path_ = new_log;

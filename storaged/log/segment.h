@@ -114,7 +114,10 @@ class Segment {
   Status TruncateTo(int64_t offset);
   // Segment rolled: writes the final time index entry, trims the indexes.
   // `sync`: fdatasync the indexes too (a bulk close syncs the whole file system instead).
+  // On failure the segment stays active (appendable) and OnRoll may be called again.
   Status OnRoll(bool sync = true);
+  // fdatasync of both index files.
+  Status SyncIndexes();
   // Makes a rolled segment the active one again (after truncation removed later ones).
   Status Reactivate();
   bool active() const { return active_; }

@@ -12,6 +12,7 @@
 #include "common/grpc/unix_server.h"
 #include "common/protocol/uuid.h"
 #include "common/record/batch.h"
+#include "tests/unit/storaged/log/file_faults.h"
 #include "tests/util/temp_dir.h"
 
 namespace runnel::storaged {
@@ -422,6 +423,35 @@ TEST_F(StorageServiceTest, AppendAssignsOffsetsAndReportsErrors) {
 
   // Nothing of the failed append was kept.
   EXPECT_EQ(Append("t", 0, Batch(1)).base_offset(), 9);
+}
+
+TEST_F(StorageServiceTest, AFullDiskIsARetriableStorageErrorAndAFailedFsyncTakesTheLogOffline) {
+  ASSERT_EQ(CreateCode("t", 0, topic_id_), 0);
+  ASSERT_EQ(CreateCode("t", 1, topic_id_, {{"flush.messages", "1"}}), 0);
+  ASSERT_EQ(Append("t", 0, Batch(3)).error_code(), 0);
+  ASSERT_EQ(Append("t", 1, Batch(3)).error_code(), 0);
+  {
+    testing::FaultInjector faults;
+    faults.Fail(FileOp::kWrite, "/t-0/", ENOSPC);
+    storage::AppendPartitionResult full = Append("t", 0, Batch(2));
+    EXPECT_EQ(full.error_code(), Code(ErrorCode::kKafkaStorageError));
+    EXPECT_NE(full.error_message().find("No space left on device"), std::string::npos)
+        << full.error_message();
+    faults.Clear();
+    EXPECT_EQ(Append("t", 0, Batch(2)).base_offset(), 3) << "room again: the append goes on";
+
+    faults.Fail(FileOp::kSync, "/t-1/", EIO);
+    EXPECT_EQ(Append("t", 1, Batch(2)).error_code(), Code(ErrorCode::kKafkaStorageError));
+  }
+  logs_->TakeFailedLogsOffline();
+  // The offline partition answers the storage error on its data path; the other serves.
+  EXPECT_EQ(Append("t", 1, Batch(2)).error_code(), Code(ErrorCode::kKafkaStorageError));
+  EXPECT_EQ(Read("t", 1, 0, true).error_code(), Code(ErrorCode::kKafkaStorageError));
+  EXPECT_EQ(ListOffset("t", 1, -1).error_code(), Code(ErrorCode::kKafkaStorageError));
+  EXPECT_EQ(CreateCode("t", 1, topic_id_), Code(ErrorCode::kKafkaStorageError));
+  EXPECT_EQ(Partitions(/*remove=*/false, "t", 1, topic_id_).error_code(),
+            Code(ErrorCode::kUnknownTopicOrPartition));
+  EXPECT_EQ(Append("t", 0, Batch(1)).base_offset(), 5);
 }
 
 TEST_F(StorageServiceTest, AppendHonoursLogAppendTime) {

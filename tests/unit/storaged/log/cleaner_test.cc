@@ -16,6 +16,7 @@
 
 #include "common/record/batch.h"
 #include "storaged/log/file_names.h"
+#include "tests/unit/storaged/log/file_faults.h"
 #include "tests/util/temp_dir.h"
 
 namespace runnel::storaged {
@@ -278,6 +279,38 @@ TEST_F(CleanerTest, KeepsTheLastRecordOfEachKeyAtItsOffset) {
   EXPECT_EQ(Describe(Dump()), want);
   EXPECT_EQ(log_->State().log_end_offset, 6);
   EXPECT_EQ(Append({{"a", "3"}}), 6);
+}
+
+TEST_F(CleanerTest, AFullDiskFailsThePassAndLeavesTheLogAsItWas) {
+  OpenLog(CompactConfig());
+  Append({{"a", "1"}, {"b", "1"}});
+  Append({{"a", "2"}, {"c", "1"}});
+  Append({{"b", "2"}}, /*roll=*/true);
+  Append({{"z", "1"}}, /*roll=*/true);
+  const std::vector<std::string> before = Describe(Dump());
+  Cleaner cleaner = MakeCleaner();
+  for (FileOp op : {FileOp::kWrite, FileOp::kSync, FileOp::kRename}) {
+    SCOPED_TRACE(int(op));
+    testing::FaultInjector faults;
+    faults.Fail(op, ".cleaned", ENOSPC);
+    StatusOr<CleanerStats> stats = cleaner.Clean(*log_, &to_unlink_);
+    EXPECT_FALSE(stats.ok());
+    EXPECT_GE(faults.injected(), 1);
+    EXPECT_TRUE(FilesWith(dir_, ".cleaned").empty());
+    EXPECT_TRUE(FilesWith(dir_, ".swap").empty());
+    EXPECT_TRUE(to_unlink_.empty());
+    EXPECT_EQ(log_->Segments().size(), 3u);
+    EXPECT_EQ(log_->first_dirty_offset(), 0);
+    EXPECT_EQ(Describe(Dump()), before);
+    EXPECT_FALSE(log_->offline()) << "the log's own files are untouched";
+  }
+  // Room again: the next pass cleans.
+  StatusOr<CleanerStats> stats = cleaner.Clean(*log_, &to_unlink_);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->records_removed, 2);
+  EXPECT_EQ(Describe(Dump()), (std::vector<std::string>{"2:a=2", "3:c=1", "4:b=2", "5:z=1"}));
+  Reopen();
+  EXPECT_EQ(Describe(Dump()), (std::vector<std::string>{"2:a=2", "3:c=1", "4:b=2", "5:z=1"}));
 }
 
 TEST_F(CleanerTest, RewrittenBatchKeepsItsHeaderFields) {
