@@ -9,9 +9,10 @@
 // offset is its high watermark has nothing to read, and is answered from PartitionView
 // without calling storaged, so an idle long poll costs nothing until data arrives.
 //
-// Fetch sessions (KIP-227): every fetch is answered as a full, sessionless one (session id
-// 0), which a client takes as "no session"; a request naming a session id gets
-// FETCH_SESSION_ID_NOT_FOUND, as from a broker that evicted it.
+// Fetch sessions (KIP-227, brokerd/fetch_sessions.h): a full fetch of epoch 0 makes a session
+// of its partitions; an incremental one (epoch 1, 2, ...) reads every partition of its
+// session, with the positions the consumer last sent for each, and answers only those with
+// something new. Epoch -1, and versions before 7, fetch without a session.
 //
 // An answer carries at most the node's fetch.max.bytes of records, whatever more the
 // request's max_bytes allows (Kafka's broker key; Runnel's default is smaller, see keys.cc).
@@ -21,6 +22,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "brokerd/fetch_sessions.h"
 #include "brokerd/handlers/handler.h"
 #include "brokerd/handlers/wait.h"
 #include "brokerd/net/uv_handle.h"
@@ -33,6 +35,9 @@ using protocol::FetchRequest;
 using protocol::FetchResponse;
 
 constexpr int16_t kFirstTopicIdVersion = 13;
+// Session epochs (KIP-227): 0 starts a session, -1 fetches without one (or closes one).
+constexpr int32_t kInitialEpoch = 0;
+constexpr int32_t kFinalEpoch = -1;
 constexpr std::chrono::milliseconds kReadTimeout{30000};
 
 // Opens the segment file at `path` and checks it is still the file with `inode`, the one
@@ -48,8 +53,9 @@ std::shared_ptr<const protocol::FileHandle> OpenFile(const std::string& path, ui
 
 struct FetchOp : std::enable_shared_from_this<FetchOp> {
   struct Part {
-    size_t topic = 0;  // index into resp.responses
-    std::string name;
+    std::string topic;  // as the consumer named it, and as the answer names it
+    protocol::Uuid topic_id{};
+    std::string name;  // as storaged knows it (the name a topic id resolves to)
     FetchRequest::FetchPartition in;
     ErrorCode error = ErrorCode::kNone;  // found before reading: answered as is
     int32_t leader = -1;
@@ -68,6 +74,10 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
   bool read_committed = false;
   FetchResponse resp;
   std::vector<Part> parts;
+  // The session an incremental fetch reads; its answer holds only what changed.
+  std::shared_ptr<FetchSession> session;
+  // A full fetch of epoch 0: its answer makes a session of its partitions.
+  bool create_session = false;
 
   // Where the fetch stands:
   //   kAttempting  reading what PartitionView and the tails hold, on the loop; from here it
@@ -290,8 +300,70 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
     if (watch != 0) broker.partitions.Unwatch(watch);
     watch = 0;
     deadline.Close();
-    for (Part& p : parts) resp.responses[p.topic].partitions.push_back(std::move(p.out));
+    std::vector<FetchSession::Partition> created;
+    if (create_session) created.reserve(parts.size());
+    for (Part& p : parts) {
+      if (session != nullptr && !session->Answered(p.topic, p.topic_id, p.out)) continue;
+      if (create_session) {
+        const bool ok = p.out.error_code == ErrorCode::kNone;
+        created.push_back(FetchSession::Partition{
+            .topic = p.topic,
+            .topic_id = p.topic_id,
+            .in = p.in,
+            .high_watermark = ok ? p.out.high_watermark : -1,
+            .log_start_offset = p.out.log_start_offset,
+        });
+      }
+      // Consecutive partitions of one topic share its entry, as in Kafka's answers.
+      if (resp.responses.empty() || resp.responses.back().topic != p.topic ||
+          resp.responses.back().topic_id != p.topic_id) {
+        FetchResponse::FetchableTopicResponse& t = resp.responses.emplace_back();
+        t.topic = p.topic;
+        t.topic_id = p.topic_id;
+      }
+      resp.responses.back().partitions.push_back(std::move(p.out));
+    }
+    if (create_session) {
+      std::shared_ptr<FetchSession> made = broker.fetch_sessions.Create(
+          std::move(created), version >= kFirstTopicIdVersion, std::chrono::steady_clock::now());
+      resp.session_id = made != nullptr ? made->id() : 0;
+    }
     respond(EncodeResponse(*ctx, resp));
+  }
+
+  // Adds a partition to read: `topic` and `topic_id` as the consumer named them, `in` its
+  // position and limits.
+  void AddPart(const std::string& topic, const protocol::Uuid& topic_id,
+               const FetchRequest::FetchPartition& in) {
+    const TopicInfo* info = nullptr;
+    ErrorCode error = ErrorCode::kNone;
+    if (version >= kFirstTopicIdVersion) {
+      info = broker.metadata.FindTopicById(topic_id);
+      if (info == nullptr) error = ErrorCode::kUnknownTopicId;
+    } else {
+      info = broker.metadata.FindTopic(topic);
+      if (info == nullptr) error = ErrorCode::kUnknownTopicOrPartition;
+    }
+    Part& part = parts.emplace_back();
+    part.topic = topic;
+    part.topic_id = topic_id;
+    part.name = info != nullptr ? info->name : topic;
+    part.in = in;
+    part.error = error;
+    if (info == nullptr) return;
+    const PartitionInfo* p = nullptr;
+    part.error = CheckLocalPartition(broker, info, in.partition, in.current_leader_epoch, &p);
+    if (p == nullptr && version >= kFirstTopicIdVersion) part.error = ErrorCode::kUnknownTopicId;
+    if (p != nullptr) {
+      part.leader = p->leader;
+      part.leader_epoch = p->leader_epoch;
+    }
+    // storaged may hold the log a moment after the metadata shows the partition: that is
+    // answered when the fetch is attempted, from PartitionView.
+    if (part.error == ErrorCode::kNotLeaderOrFollower && p != nullptr &&
+        p->leader == broker.node_id) {
+      part.error = ErrorCode::kNone;
+    }
   }
 };
 
@@ -304,56 +376,49 @@ void HandleFetch(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, Res
   auto op = std::make_shared<FetchOp>(broker, std::move(ctx), std::move(respond));
   op->version = version;
 
-  if (req.session_id != 0) {
-    op->resp.error_code = ErrorCode::kFetchSessionIdNotFound;
-    op->state = FetchOp::State::kDone;
-    return op->respond(EncodeResponse(*op->ctx, op->resp));
-  }
   op->max_wait_ms = req.max_wait_ms;
   op->min_bytes = req.min_bytes;
   // The node's fetch.max.bytes bounds what any one consumer asks for, as in Kafka.
   op->max_bytes = std::min(req.max_bytes, broker.fetch_max_bytes);
   op->read_committed = req.isolation_level == 1;
 
-  for (auto& topic : req.topics) {
-    const TopicInfo* info = nullptr;
-    ErrorCode topic_error = ErrorCode::kNone;
-    if (version >= kFirstTopicIdVersion) {
-      info = broker.metadata.FindTopicById(topic.topic_id);
-      if (info == nullptr) topic_error = ErrorCode::kUnknownTopicId;
-    } else {
-      info = broker.metadata.FindTopic(topic.topic);
-      if (info == nullptr) topic_error = ErrorCode::kUnknownTopicOrPartition;
-    }
-    FetchResponse::FetchableTopicResponse& t = op->resp.responses.emplace_back();
-    t.topic = info != nullptr ? info->name : topic.topic;
-    t.topic_id = topic.topic_id;
-    for (auto& partition : topic.partitions) {
-      FetchOp::Part part;
-      part.topic = op->resp.responses.size() - 1;
-      part.name = t.topic;
-      part.in = partition;
-      part.error = topic_error;
-      if (info != nullptr) {
-        const PartitionInfo* p = nullptr;
-        part.error = CheckLocalPartition(broker, info, partition.partition,
-                                         partition.current_leader_epoch, &p);
-        if (p == nullptr && version >= kFirstTopicIdVersion)
-          part.error = ErrorCode::kUnknownTopicId;
-        if (p != nullptr) {
-          part.leader = p->leader;
-          part.leader_epoch = p->leader_epoch;
-        }
-        // storaged may hold the log a moment after the metadata shows the partition: that
-        // is answered when the fetch is attempted, from PartitionView.
-        if (part.error == ErrorCode::kNotLeaderOrFollower && p != nullptr &&
-            p->leader == broker.node_id) {
-          part.error = ErrorCode::kNone;
-        }
+  // Without a session, or making one: the request names every partition, in order. A full
+  // fetch naming a session ends it (the consumer starts afresh).
+  FetchSessionCache& sessions = broker.fetch_sessions;
+  if (req.session_epoch == kInitialEpoch || req.session_epoch == kFinalEpoch) {
+    if (req.session_id != 0) sessions.Remove(req.session_id);
+    op->create_session = req.session_epoch == kInitialEpoch;
+    for (const FetchRequest::FetchTopic& topic : req.topics) {
+      for (const FetchRequest::FetchPartition& partition : topic.partitions) {
+        op->AddPart(topic.topic, topic.topic_id, partition);
       }
-      op->parts.push_back(std::move(part));
     }
+    return op->Start();
   }
+
+  // Incremental: the session's partitions, with what this request changes.
+  std::shared_ptr<FetchSession> session =
+      sessions.Find(req.session_id, std::chrono::steady_clock::now());
+  ErrorCode error = ErrorCode::kNone;
+  if (session == nullptr) {
+    error = ErrorCode::kFetchSessionIdNotFound;
+  } else if (session->epoch() != req.session_epoch) {
+    error = ErrorCode::kInvalidFetchSessionEpoch;
+  } else if (session->uses_topic_ids() != (version >= kFirstTopicIdVersion)) {
+    error = ErrorCode::kFetchSessionTopicIdError;
+  }
+  if (error != ErrorCode::kNone) {
+    op->resp.error_code = error;
+    op->state = FetchOp::State::kDone;
+    return op->respond(EncodeResponse(*op->ctx, op->resp));
+  }
+  session->ApplyIncremental(req);
+  op->resp.session_id = session->id();
+  op->parts.reserve(session->size());
+  for (const FetchSession::Partition& p : session->partitions()) {
+    op->AddPart(p.topic, p.topic_id, p.in);
+  }
+  op->session = std::move(session);
   op->Start();
 }
 

@@ -15,6 +15,7 @@
 #include "brokerd/controller/controller_client.h"
 #include "brokerd/controller/metadata_cache.h"
 #include "brokerd/error_mapping.h"
+#include "brokerd/fetch_sessions.h"
 #include "brokerd/net/event_loop.h"
 #include "brokerd/net/request.h"
 #include "brokerd/storage/append_batcher.h"
@@ -50,6 +51,8 @@ struct BrokerContext {
   uint64_t next_cancel_id = 1;
   // fetch.max.bytes (a restart key), read once rather than on every Fetch.
   const int32_t fetch_max_bytes = config.GetInt("fetch.max.bytes");
+  // Incremental fetch sessions (KIP-227), on the loop thread like every handler.
+  FetchSessionCache fetch_sessions{config.GetInt("max.incremental.fetch.session.cache.slots")};
 };
 
 using HandlerFn = void (*)(BrokerContext&, std::unique_ptr<RequestContext>, Respond);

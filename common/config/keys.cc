@@ -257,6 +257,10 @@ std::vector<KeyDef> Declare() {
        "own limit). Kafka's default is 55 MiB; Runnel's 16 MiB keeps each answer small "
        "enough that clients reuse their receive buffers instead of mapping fresh memory for "
        "every answer, which doubles librdkafka's consume rate (see the README's Speed)."},
+      {"max.incremental.fetch.session.cache.slots", KeyType::kInt, "1000", 0, INT32_MAX,
+       "Most incremental fetch sessions (KIP-227) the broker keeps; 0 answers every Fetch "
+       "without one. A consumer with a session sends and is sent only the partitions that "
+       "changed."},
       {"socket.request.max.bytes", KeyType::kInt, "104857600", 1, INT32_MAX,
        "Largest request frame accepted; a bigger size prefix closes the connection."},
       {"max.request.partition.size.limit", KeyType::kInt, "2000", 1, INT32_MAX,

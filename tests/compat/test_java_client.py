@@ -107,6 +107,24 @@ class JavaClientTest(ClientTestCase):
         self.assertEqual(sorted(r["v"] for r in again["records"]),
                          sorted(f"v12-{i}" for i in range(3)))
 
+    def test_consumer_reads_many_partitions_through_a_fetch_session(self):
+        """KIP-227: the consumer's fetches after its first are incremental (it names only the
+        partitions it moved on, the broker answers only those with something new). With
+        small fetch bounds it needs dozens of them, and still reads every record once, in
+        order within each partition."""
+        t, g = self.topic(), self.topic("-group")
+        self.create(t, 16)
+        sent = self.java.ok("produce", topic=t, count=320, keys=64,
+                            props={**NOT_IDEMPOTENT, "linger.ms": "0"})["records"]
+        answer = self.java.ok("consume", topics=[t], group=g, count=320,
+                              props={"max.partition.fetch.bytes": "64", "fetch.max.bytes": "256"})
+        expected, got = {}, {}
+        for p, o in sent:
+            expected.setdefault(p, []).append(o)
+        for r in answer["records"]:
+            got.setdefault(r["p"], []).append(r["o"])
+        self.assertEqual(got, {p: sorted(offsets) for p, offsets in expected.items()})
+
     def test_consumer_protocol_group(self):
         """KIP-848: group.protocol=consumer, the assignment made by the coordinator."""
         t, g = self.topic(), self.topic("-group")

@@ -2,7 +2,8 @@
 one partition, acks=2, removed Produce versions. Also reads record batch headers back, so a
 test can see how the broker stored a batch (its compression, its offsets).
 
-Only what the integration tests need: Produce v2..v8 (non-flexible), Fetch v4, record
+Only what the integration tests need: Produce v2..v8 (non-flexible), Fetch v4 and v7 (with a
+fetch session, KIP-227), record
 batch v2 with uncompressed records, ApiVersions v0; and ApiWriter / ApiReader, a codec for
 any API's body, flexible versions included, which tests drive through Connection.call.
 """
@@ -19,6 +20,8 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 MESSAGE_TOO_LARGE = 10
 INVALID_REQUIRED_ACKS = 21
 UNSUPPORTED_VERSION = 35
+FETCH_SESSION_ID_NOT_FOUND = 70
+INVALID_FETCH_SESSION_EPOCH = 71
 INVALID_RECORD = 87
 
 PRODUCE = 0
@@ -324,6 +327,34 @@ class Connection:
             raise AssertionError(f"the Fetch answer holds {topic} partitions "
                                  f"{[p for p, _, _, _ in result]}, not the ones asked for")
         return result
+
+    def fetch_session(self, session_id, epoch, topics=(), forgotten=(), max_wait_ms=0,
+                      min_bytes=1, max_bytes=1 << 20):
+        """Fetch v7 with session fields. topics: [(topic, [(partition, offset, max bytes)])];
+        forgotten: [(topic, [partition])]. Answers (error, session id, [(topic, partition,
+        error, high watermark, log start offset, record bytes)]) in the answer's order."""
+        body = struct.pack(">iiiibii", -1, max_wait_ms, min_bytes, max_bytes, 0, session_id,
+                           epoch)
+        body += struct.pack(">i", len(topics))
+        for topic, partitions in topics:
+            body += _string(topic) + struct.pack(">i", len(partitions)) + b"".join(
+                struct.pack(">iqqi", p, offset, -1, limit) for p, offset, limit in partitions)
+        body += struct.pack(">i", len(forgotten))
+        for topic, partitions in forgotten:
+            body += _string(topic) + struct.pack(">i", len(partitions)) + b"".join(
+                struct.pack(">i", p) for p in partitions)
+        r = ApiReader(self.request(FETCH, 7, body))
+        _throttle, error, answered_session = r.take(">ihi")
+        result = []
+        for _ in range(r.take(">i")):
+            name = r.string()
+            for _ in range(r.take(">i")):
+                index, p_error, high_watermark, _last_stable, log_start = r.take(">ihqqq")
+                for _ in range(max(r.take(">i"), 0)):  # aborted transactions
+                    r.take(">qq")
+                result.append((name, index, p_error, high_watermark, log_start,
+                               r.bytes() or b""))
+        return error, answered_session, result
 
     def api_versions(self):
         """{api key: (min version, max version)} the broker advertises (ApiVersions v0)."""
