@@ -6,6 +6,9 @@
 #include "common/log/log.h"
 #include "common/util/signals.h"
 #include "storaged/application.h"
+#ifdef RUNNEL_TEST_HOOKS
+#include "storaged/fault_file.h"
+#endif
 
 int main(int argc, char** argv) {
   // Before any thread exists, so every thread inherits the mask and Run() can sigwait.
@@ -14,6 +17,9 @@ int main(int argc, char** argv) {
   std::optional<runnel::config::Config> config =
       runnel::config::LoadRoleConfig(argc, argv, "storaged", &exit_code);
   if (!config) return exit_code;
+#ifdef RUNNEL_TEST_HOOKS
+  runnel::storaged::FaultFile::InstallFromEnvironment();
+#endif
 
   auto app = runnel::storaged::Application::Start(*config);
   if (!app.ok()) {
