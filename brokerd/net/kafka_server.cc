@@ -212,9 +212,14 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
           big_frame_filled_ = 0;
           HandleFrame(std::move(request));
         }
+      } else if (in_.empty()) {
+        // Frames are parsed where they were read; only a partial one at the end is kept.
+        const size_t used = ParseFrames(std::span<const uint8_t>(read_buf_, size_t(n)));
+        if (!closing_) in_.assign(read_buf_ + used, read_buf_ + n);
       } else {
         in_.insert(in_.end(), read_buf_, read_buf_ + n);
-        ParseFrames();
+        const size_t used = ParseFrames(in_);
+        if (!closing_) in_.erase(in_.begin(), in_.begin() + static_cast<ptrdiff_t>(used));
       }
       if (static_cast<size_t>(n) < want) break;  // drained the socket
     }
@@ -226,47 +231,60 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     MaybeResumeReading();
   }
 
-  void ParseFrames() {
+  // Takes the whole frames at the start of `data` (bytes read and not yet taken); returns
+  // how many bytes it took. A large frame's start is copied into the frame's own buffer and
+  // counted as taken (OnReadable reads the rest straight into it).
+  size_t ParseFrames(std::span<const uint8_t> data) {
     size_t pos = 0;
-    while (!closing_ && !close_requested_ && in_.size() - pos >= 4) {
-      int32_t size = static_cast<int32_t>(LoadBigEndian32(in_.data() + pos));
+    while (!closing_ && !close_requested_ && data.size() - pos >= 4) {
+      int32_t size = static_cast<int32_t>(LoadBigEndian32(data.data() + pos));
       if (size < 0 || size > server_->limits_.max_request_bytes) {
         kLog()->warn(
             "connection {} from {}: request size {} is outside 0..{} "
             "(socket.request.max.bytes); closing it",
             id_, peer_, size, server_->limits_.max_request_bytes);
         Close();
-        return;
+        return pos;
       }
-      if (in_.size() - pos - 4 < static_cast<size_t>(size)) {
+      const size_t have = data.size() - pos - 4;
+      const uint8_t* frame = data.data() + pos + 4;
+      if (have < static_cast<size_t>(size)) {
         // A frame larger than the read buffer gets its own buffer now, so the rest of it is
         // read into place instead of being copied through in_ (a produce request of a few
         // MiB would otherwise be copied twice more). The placer may give the buffer, once
         // the api key is known.
         if (static_cast<size_t>(size) > sizeof(read_buf_)) {
-          const size_t have = in_.size() - pos - 4;
-          if (server_->placer_ && have >= 2) {
-            big_placed_ =
-                server_->placer_(static_cast<int16_t>(LoadBigEndian16(in_.data() + pos + 4)),
-                                 static_cast<size_t>(size));
-            if (big_placed_ && big_placed_->size() != static_cast<size_t>(size)) {
-              big_placed_.reset();
-            }
-          }
+          if (have >= 2) big_placed_ = Place(frame, static_cast<size_t>(size));
           if (!big_placed_) big_frame_.resize(static_cast<size_t>(size));
           big_frame_filled_ = have;
-          std::memcpy(BigFrameData(), in_.data() + pos + 4, have);
-          pos = in_.size();
+          std::memcpy(BigFrameData(), frame, have);
+          pos = data.size();
         }
         break;
       }
+      // A whole frame: copied once, into the placer's buffer (a produce request's records
+      // then reach storaged with no further copy) or into the request's own.
       auto request = std::make_unique<RequestContext>();
-      request->frame.assign(in_.begin() + static_cast<ptrdiff_t>(pos + 4),
-                            in_.begin() + static_cast<ptrdiff_t>(pos + 4 + size));
+      if (size >= 2) request->placed = Place(frame, static_cast<size_t>(size));
+      if (request->placed) {
+        std::memcpy(request->placed->data(), frame, static_cast<size_t>(size));
+      } else {
+        request->frame.assign(frame, frame + size);
+      }
       pos += 4 + static_cast<size_t>(size);
       HandleFrame(std::move(request));
     }
-    in_.erase(in_.begin(), in_.begin() + static_cast<ptrdiff_t>(pos));
+    return pos;
+  }
+
+  // The placer's buffer for a frame of `size` bytes starting at `frame` (its api key is the
+  // first two bytes), or null.
+  std::shared_ptr<PlacedFrame> Place(const uint8_t* frame, size_t size) {
+    if (!server_->placer_) return nullptr;
+    std::shared_ptr<PlacedFrame> placed =
+        server_->placer_(static_cast<int16_t>(LoadBigEndian16(frame)), size);
+    if (placed && placed->size() != size) placed.reset();
+    return placed;
   }
 
   // The large frame being read, if any (size 0 when none).

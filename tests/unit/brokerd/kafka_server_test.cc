@@ -405,6 +405,42 @@ TEST_F(KafkaServerTest, LargeFramesAreReadWhereThePlacerSays) {
   close(fd);
 }
 
+// Whole frames within one read are copied once, into the placer's buffer when it gives one:
+// several in one write, and one split across writes, each arrive byte for byte.
+TEST_F(KafkaServerTest, SmallFramesAreCopiedOnceWhereThePlacerSays) {
+  int calls = 0;
+  StartServer(ServerLimits{}, 1, {}, [&](int16_t, size_t size) {
+    return ++calls % 2 == 1 ? std::shared_ptr<PlacedFrame>(std::make_shared<TestPlacedFrame>(size))
+                            : std::shared_ptr<PlacedFrame>();
+  });
+  int fd = Connect();
+  std::vector<std::vector<uint8_t>> sent;
+  std::vector<uint8_t> all;
+  for (int32_t corr = 31; corr <= 34; ++corr) {
+    std::vector<uint8_t> f = Frame(corr);
+    for (size_t i = 0; i < 100u * static_cast<size_t>(corr); ++i) {
+      f.push_back(static_cast<uint8_t>(i * 7 + corr));
+    }
+    const uint32_t size = static_cast<uint32_t>(f.size() - 4);
+    for (int k = 0; k < 4; ++k) f[k] = static_cast<uint8_t>(size >> (24 - 8 * k));
+    all.insert(all.end(), f.begin(), f.end());
+    sent.push_back(std::move(f));
+  }
+  // The first three in one write, the fourth split in two after them.
+  const size_t split = all.size() - sent[3].size() / 2;
+  ASSERT_TRUE(Send(fd, std::vector<uint8_t>(all.begin(), all.begin() + split)));
+  ASSERT_TRUE(WaitServerReadAll(fd));
+  ASSERT_TRUE(Send(fd, std::vector<uint8_t>(all.begin() + split, all.end())));
+  for (int32_t corr = 31; corr <= 34; ++corr) EXPECT_EQ(ReadCorrelation(fd), corr);
+  ASSERT_EQ(dispatcher_->frames.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(dispatcher_->frames[i] == std::vector<uint8_t>(sent[i].begin() + 4, sent[i].end()))
+        << i;
+    EXPECT_EQ(dispatcher_->placed[i] != nullptr, i % 2 == 0) << i;
+  }
+  close(fd);
+}
+
 TEST_F(KafkaServerTest, OversizedFrameClosesOnlyThatConnection) {
   ServerLimits limits;
   limits.max_request_bytes = 1024;
