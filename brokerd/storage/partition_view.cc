@@ -9,16 +9,25 @@ namespace runnel::brokerd {
 void PartitionView::Apply(const storage::PartitionChange& change, bool snapshot) {
   std::vector<PartitionKey> changed;
   if (snapshot) {
+    index_.clear();
     partitions_.clear();
     ++layout_version_;
   }
   for (const storage::PartitionState& s : change.partitions()) {
     PartitionKey key(s.topic(), s.partition());
     if (s.deleted()) {
-      if (partitions_.erase(key) > 0) ++layout_version_;
+      auto it = partitions_.find(key);
+      if (it != partitions_.end()) {
+        index_.erase(PartitionKeyView(it->first.first, it->first.second));
+        partitions_.erase(it);
+        ++layout_version_;
+      }
     } else {
       auto [it, added] = partitions_.try_emplace(key);
-      if (added) create_failures_.erase(key);
+      if (added) {
+        create_failures_.erase(key);
+        index_.emplace(PartitionKeyView(it->first.first, it->first.second), &it->second);
+      }
       StoredPartition& p = it->second;
       const bool same_log = !added && p.topic_id == s.topic_id();
       if (!same_log) {
@@ -54,22 +63,21 @@ void PartitionView::Apply(const storage::PartitionChange& change, bool snapshot)
 
 void PartitionView::Advance(const std::string& topic, int32_t partition,
                             const std::string& topic_id, int64_t high_watermark) {
-  PartitionKey key(topic, partition);
-  auto it = partitions_.find(key);
-  if (it == partitions_.end() || it->second.topic_id != topic_id) return;
-  StoredPartition& p = it->second;
+  StoredPartition* found = Lookup(topic, partition);
+  if (found == nullptr || found->topic_id != topic_id) return;
+  StoredPartition& p = *found;
   if (high_watermark <= p.high_watermark) return;
   p.high_watermark = high_watermark;
   p.log_end_offset = std::max(p.log_end_offset, high_watermark);
-  waiters_.Fire(key);
+  waiters_.Fire(PartitionKey(topic, partition));
 }
 
 void PartitionView::Appended(const std::string& topic, int32_t partition,
                              const std::string& topic_id, int64_t base_offset, int64_t last_offset,
                              const storage::FileRange& range) {
-  auto it = partitions_.find(PartitionKey(topic, partition));
-  if (it == partitions_.end() || it->second.topic_id != topic_id) return;
-  it->second.tail.Add(base_offset, last_offset, range);
+  StoredPartition* p = Lookup(topic, partition);
+  if (p == nullptr || p->topic_id != topic_id) return;
+  p->tail.Add(base_offset, last_offset, range);
 }
 
 std::optional<std::vector<TailSlice>> PartitionView::ReadTail(const std::string& topic,
@@ -89,15 +97,14 @@ void PartitionView::AppendAnswered(const storage::AppendPartitionResult& r) {
 
 void PartitionView::RaiseLogStart(const std::string& topic, int32_t partition,
                                   int64_t log_start_offset) {
-  auto it = partitions_.find(PartitionKey(topic, partition));
-  if (it == partitions_.end() || log_start_offset <= it->second.log_start_offset) return;
-  it->second.log_start_offset = log_start_offset;
-  it->second.tail.DropBelow(log_start_offset);
+  StoredPartition* p = Lookup(topic, partition);
+  if (p == nullptr || log_start_offset <= p->log_start_offset) return;
+  p->log_start_offset = log_start_offset;
+  p->tail.DropBelow(log_start_offset);
 }
 
 void PartitionView::DropTail(const std::string& topic, int32_t partition) {
-  auto it = partitions_.find(PartitionKey(topic, partition));
-  if (it != partitions_.end()) it->second.tail.Clear();
+  if (StoredPartition* p = Lookup(topic, partition)) p->tail.Clear();
 }
 
 void PartitionView::Notify() {
@@ -116,6 +123,7 @@ void PartitionView::RunNextChange() {
 
 void PartitionView::MarkLost() {
   ready_ = false;
+  index_.clear();
   partitions_.clear();
   ++layout_version_;
   waiters_.FireAll();
@@ -138,8 +146,12 @@ const std::string* PartitionView::CreateFailure(const std::string& topic, int32_
 }
 
 const StoredPartition* PartitionView::Find(const std::string& topic, int32_t partition) const {
-  auto it = partitions_.find(PartitionKey(topic, partition));
-  return it == partitions_.end() ? nullptr : &it->second;
+  return Lookup(topic, partition);
+}
+
+StoredPartition* PartitionView::Lookup(std::string_view topic, int32_t partition) const {
+  auto it = index_.find(PartitionKeyView(topic, partition));
+  return it == index_.end() ? nullptr : it->second;
 }
 
 PartitionView::WatchId PartitionView::Watch(const std::vector<PartitionKey>& keys,

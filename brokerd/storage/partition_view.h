@@ -17,6 +17,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "brokerd/storage/append_tail.h"
@@ -39,6 +41,11 @@ struct StoredPartition {
 class PartitionView {
  public:
   using WatchId = PartitionWaiters::WatchId;
+
+  PartitionView() = default;
+  // Not copied: its index points into its own map.
+  PartitionView(const PartitionView&) = delete;
+  PartitionView& operator=(const PartitionView&) = delete;
 
   // Applies one message of the watch stream; a snapshot replaces everything known.
   void Apply(const storage::PartitionChange& change, bool snapshot);
@@ -113,7 +120,12 @@ class PartitionView {
 
   bool ready_ = false;
   uint64_t layout_version_ = 0;
+  // Returns the partition or null, without copying `topic` and in constant time (Fetch and
+  // Produce look up every partition they name).
+  StoredPartition* Lookup(std::string_view topic, int32_t partition) const;
   std::map<PartitionKey, StoredPartition> partitions_;
+  // The same partitions by hash; its keys view the names in partitions_'s keys.
+  std::unordered_map<PartitionKeyView, StoredPartition*, PartitionKeyViewHash> index_;
   std::map<PartitionKey, std::string> create_failures_;
   PartitionWaiters waiters_;
   std::vector<std::function<void()>> layout_listeners_;
