@@ -1,20 +1,25 @@
-"""What bench/kafka-vs-mock and bench/kafka-vs-kafka share: the targets (a Runnel node, a
-mock_cluster), the kafka_perf runner, and a Bench base with the cases, the settling of freed
-pages, the raw write(2) reference, the per-round records and the table.
+"""What bench/kafka-vs-mock, bench/kafka-vs-kafka and bench/partitions share: the targets (a
+Runnel node, a mock_cluster, an Apache Kafka 4.4 node from scripts/peers/kafka's cache), the
+kafka_perf runner, and a Bench base with the cases, the settling of freed pages, the raw
+write(2) reference, the per-round records and the table.
 
 Only processes the scripts started are signalled, by PID; every wait is bounded.
 """
 import contextlib
+import importlib.machinery
+import importlib.util
 import json
 import os
 import random
 import resource
 import select
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -158,7 +163,25 @@ def harness(bin_dir):
     return h
 
 
-class RunnelTarget:
+class AdminTopics:
+    """Topics made and deleted through a Kafka broker's admin API (kafka_perf create-topic,
+    delete-topic): a Runnel node, a Kafka node."""
+
+    def create_topic(self, topic, partitions, perf):
+        perf.admin("create-topic", self, topic, partitions)
+
+    def delete_topic(self, topic, perf):
+        """Only to bound the disk used; a failure here must not hide the run's own result.
+        True: the server removes the topic's files (Runnel at once, Kafka from a background
+        thread), freeing their page-cache pages."""
+        try:
+            perf.admin("delete-topic", self, topic)
+        except Exception as e:
+            print(f"{self.label}: warning: delete {topic}: {str(e).splitlines()[-1]}", flush=True)
+        return True
+
+
+class RunnelTarget(AdminTopics):
     """One Runnel node started with tests/integration/harness.py's Node.
 
     extra_config: node properties over the harness's (default: log level warn).
@@ -198,18 +221,6 @@ class RunnelTarget:
 
     def _restarts(self):
         return {r: s["restarts"] for r, s in self._roles().items()}
-
-    def create_topic(self, topic, partitions, perf):
-        perf.admin("create-topic", self, topic, partitions)
-
-    def delete_topic(self, topic, perf):
-        """Only to bound the disk used; a failure here must not hide the run's own result.
-        True: storaged removes the topic's files at once, freeing their page-cache pages."""
-        try:
-            perf.admin("delete-topic", self, topic)
-        except Exception as e:
-            print(f"{self.label}: warning: delete {topic}: {str(e).splitlines()[-1]}", flush=True)
-        return True
 
     def server_pids(self):
         roles = self._roles()
@@ -552,3 +563,158 @@ class Bench:
                 json.dump({"table": table, "runs": self.results, "failures": self.failures,
                            "commands": self.perf.commands, "args": vars(self.args),
                            **(extra_json or {})}, f, indent=1)
+
+
+# ---------------------------------------------------------------- Apache Kafka 4.4 beside Runnel
+# (bench/kafka-vs-kafka, bench/partitions)
+
+PEERS_KAFKA = os.path.normpath(os.path.join(HERE, "..", "scripts", "peers", "kafka"))
+
+# Server settings given to both nodes when Runnel is compared with Kafka (kafka-vs-kafka's
+# docstring says why each).
+COMMON_SERVER = {
+    "log.flush.interval.messages": "9223372036854775807",
+    "log.flush.interval.ms": "9223372036854775807",
+    "log.flush.offset.checkpoint.interval.ms": "60000",
+    "log.segment.bytes": "1073741824",
+    "log.preallocate": "false",
+    "log.segment.delete.delay.ms": "0",
+    "num.partitions": "1",
+    "default.replication.factor": "1",
+    "offsets.topic.replication.factor": "1",
+    "group.initial.rebalance.delay.ms": "0",
+}
+# Kafka's own defaults where scripts/peers/kafka sets small-machine values for tests.
+KAFKA_ONLY = {"num.network.threads": "3", "num.io.threads": "8"}
+# bin/kafka-server-start.sh's heap and kafka-run-class.sh's performance options.
+KAFKA_JVM = ("-Xmx1G -Xms1G -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 "
+             "-XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent")
+
+
+def load_peers():
+    """scripts/peers/kafka as a module (it has no .py name)."""
+    loader = importlib.machinery.SourceFileLoader("peers_kafka", PEERS_KAFKA)
+    spec = importlib.util.spec_from_loader("peers_kafka", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def file_system(path):
+    """(device, type, mount point) of the file system holding path."""
+    path = os.path.realpath(path)
+    best = ("", "?")
+    with open("/proc/mounts") as f:
+        for line in f:
+            _, mount, fstype = line.split()[:3]
+            if (path == mount or path.startswith(mount.rstrip("/") + "/")) and \
+                    len(mount) >= len(best[0]):
+                best = (mount, fstype)
+    return os.stat(path).st_dev, best[1], best[0]
+
+
+class KafkaTarget(AdminTopics):
+    """One Kafka 4.4 KRaft node (broker+controller in one JVM) in DIR, started and stopped
+    through scripts/peers/kafka's functions; only the JVM's own pid is ever signalled."""
+
+    def __init__(self, label, peers, classpath, parent_dir, jvm_opts, port, extra_config=None):
+        self.label = label
+        self.extra_config = extra_config or {}
+        self.peers = peers
+        self.cp = classpath
+        self.dir = tempfile.mkdtemp(prefix="kafka-", dir=parent_dir)
+        self.jvm_opts = jvm_opts.split()
+        self.port = port
+        self.bootstrap = f"127.0.0.1:{port}"
+        self.proc = None
+        self.config = None
+        self.command = None
+
+    def prepare(self):
+        """Writes server.properties and formats the log dir (kafka-storage format)."""
+        controller = self.peers.free_port()
+        self.config, _ = self.peers.prepare_node(
+            self.cp, self.dir, 1, self.port, controller, f"1@127.0.0.1:{controller}",
+            {**COMMON_SERVER, **KAFKA_ONLY, **self.extra_config}, self.peers.cluster_id())
+
+    def spawn(self):
+        log_file = os.path.join(self.dir, "server.log")
+        self.command = self.peers.java_cmd(
+            self.cp, self.jvm_opts, self.peers.SERVER_LOG4J, self.peers.TOOLS["kafka-server-start"],
+            [self.config], [f"-Drunnel.peers.log.file={log_file}", f"-Dkafka.logs.dir={self.dir}"])
+        self.proc = self.peers.spawn(self.dir, self.command, "kafka.out")
+
+    def ready(self):
+        pass  # serving once it answered a produce
+
+    def terminate(self, timeout):
+        """SIGTERM to the JVM this target started (a clean, controlled shutdown) and a
+        bounded wait for its exit; returns the exit code. Past the timeout it is killed and
+        TimeoutError raised. The data stay: spawn() starts the node again on them."""
+        self.proc.terminate()
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            raise TimeoutError(f"{self.label}: the JVM did not exit within {timeout}s of "
+                               f"SIGTERM (killed)")
+
+    def kill(self):
+        """SIGKILL to the JVM this target started (an unclean stop); the data stay."""
+        self.proc.kill()
+        return self.proc.wait(timeout=30)
+
+    def check_started(self):
+        self.check_alive()
+
+    def log_dirs(self):
+        return [os.path.join(self.dir, "logs")]
+
+    def server_pids(self):
+        return [self.proc.pid]
+
+    def check_alive(self):
+        if self.proc is None or self.proc.poll() is not None:
+            raise RuntimeError(f"{self.label}: the JVM exited:\n"
+                               f"{self.peers.tail(os.path.join(self.dir, 'server.log'))}")
+
+    def describe(self):
+        with open(self.config) as f:
+            config = " ".join(l.strip() for l in f if l.strip() and not l.startswith("#"))
+        cmd = shlex.join(self.command).replace(self.cp, "$KAFKA_CLASSPATH")
+        return f"{cmd}   ({config}; $KAFKA_CLASSPATH is `{PEERS_KAFKA} classpath`)"
+
+    def stop(self):
+        if self.proc is not None:
+            self.peers.stop_pid_file(self.dir, 60)
+            if self.proc.poll() is None:
+                self.proc.wait(timeout=10)
+            self.proc = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RunnelNode(RunnelTarget):
+    """A Runnel node with its logs and metadata under DIR (the supervisor's config and run
+    dir stay in the harness's temp dir); CPU and RSS over all its processes."""
+
+    def __init__(self, label, bin_dir, parent_dir, extra_config=None):
+        self.data = tempfile.mkdtemp(prefix="runnel-", dir=parent_dir)
+        super().__init__(label, bin_dir, all_processes=True, extra_config={
+            **COMMON_SERVER, "log.dirs": os.path.join(self.data, "logs"),
+            "metadata.log.dir": os.path.join(self.data, "metadata"), **(extra_config or {})})
+
+    def spawn(self):
+        self.start(wait=False)
+
+    def check_started(self):
+        """The supervisor still runs (its roles are checked once it serves)."""
+        if self.node.proc.poll() is not None:
+            raise RuntimeError(f"{self.label}: the supervisor exited with "
+                               f"{self.node.proc.returncode}:\n{self.node.log()[-4000:]}")
+
+    def stop(self):
+        try:
+            super().stop()
+        finally:
+            shutil.rmtree(self.data, ignore_errors=True)

@@ -5,7 +5,7 @@
 //                      [--acks 0|1|all] [--linger-ms MS] [--batch-size BYTES]
 //                      [--compression none|gzip|snappy|lz4|zstd] [--partitions P]
 //   kafka_perf consume --bootstrap B --topic T [--records N] [--passes K] [--fetch-wait-ms MS]
-//   kafka_perf latency --bootstrap B --topic T [--rate R] [--duration-s S] [--warmup-s S]
+//   kafka_perf latency --bootstrap B --topic T[,T2...] [--rate R] [--duration-s S] [--warmup-s S]
 //                      [--record-size BYTES] [--acks 0|1|all] [--linger-ms MS]
 //                      [--fetch-wait-ms MS] [--partitions P]
 //   kafka_perf create-topic --bootstrap B --topic T --partitions P [--if-not-exists]
@@ -29,10 +29,17 @@
 //   goes out only when the previous pass's last one is answered, which waits that long on
 //   partitions already read to their end.
 // latency: one producer sends at a fixed rate and a consumer in the same process, assigned
-//   at the log end, reads the records back; each record carries its send time
+//   at the log end (every partition's end offset asked first, in one request), reads the
+//   records back; each record carries its send time
 //   (CLOCK_MONOTONIC), so end-to-end latency is receive time minus send time. Records are
 //   sent on a fixed schedule (not after the previous one returns), so a stall shows up in
-//   the tail instead of being hidden.
+//   the tail instead of being hidden. --topic may list several topics (comma-separated):
+//   record i then goes to the i-th of all their partitions taken round-robin (topic by
+//   topic, partition by partition). Besides the percentiles it reports the rates achieved
+//   over the measured records (sent: records over first to last send; consumed: records
+//   over first send to last receive) and the client's CPU over that time (whole process
+//   and its busiest thread), so a driver can tell whether the rate was held and whether the
+//   client was near its limit.
 #include <dirent.h>
 #include <fmt/format.h>
 #include <librdkafka/rdkafka.h>
@@ -682,6 +689,7 @@ class LatencyConsumer {
   const std::vector<int64_t>& latency_ns() const { return latency_ns_; }
   int64_t duplicates() const { return duplicates_; }
   int64_t errors() const { return errors_; }
+  int64_t last_receive_ns() const { return last_receive_ns_; }
 
  private:
   void Record(const rd_kafka_message_t* m, int64_t now) {
@@ -709,6 +717,7 @@ class LatencyConsumer {
       return;
     }
     latency_ns_[seq] = now - send_ns;
+    last_receive_ns_ = now;
     received_.fetch_add(1, std::memory_order_acq_rel);
   }
 
@@ -719,6 +728,7 @@ class LatencyConsumer {
   std::atomic<int64_t> received_{0};
   int64_t duplicates_ = 0;
   int64_t errors_ = 0;
+  int64_t last_receive_ns_ = 0;
 };
 
 void SleepUntil(int64_t when_ns) {
@@ -742,6 +752,13 @@ int Latency(Options& opt) {
   }
   const std::string bootstrap = opt.Str("bootstrap");
   const std::string topic = opt.Str("topic");
+  std::vector<std::string> topics;
+  for (size_t begin = 0; begin <= topic.size();) {
+    size_t end = topic.find(',', begin);
+    if (end == std::string::npos) end = topic.size();
+    if (end > begin) topics.push_back(topic.substr(begin, end - begin));
+    begin = end + 1;
+  }
   const int64_t rate = opt.Int("rate", 1000, 1, 1000000);
   const int64_t duration_s = opt.Int("duration-s", 10, 1, 3600);
   const int64_t warmup_s = opt.Int("warmup-s", 1, 0, 3600);
@@ -751,7 +768,7 @@ int Latency(Options& opt) {
   const int64_t fetch_wait_ms = opt.Int("fetch-wait-ms", 100, 0, 900000);
   const int64_t want_partitions = opt.Int("partitions", 0, 0, 1 << 20);
   if (!opt.ok()) return kExitUsage;
-  if (bootstrap.empty() || topic.empty() || !ValidAcks(acks)) {
+  if (bootstrap.empty() || topics.empty() || !ValidAcks(acks)) {
     fmt::print(stderr,
                "kafka_perf latency: --bootstrap and --topic are required; --acks is 0, 1 or "
                "all\n");
@@ -769,13 +786,20 @@ int Latency(Options& opt) {
   rd_kafka_conf_set_opaque(pconf.get(), &deliveries);
   rd_kafka_t* producer = pconf.NewClient(RD_KAFKA_PRODUCER);
   if (producer == nullptr) return kExitFailed;
-  const int topic_partitions = TopicPartitions(producer, topic);
-  if (topic_partitions < 0) {
-    rd_kafka_destroy(producer);
-    return kExitFailed;
+  // (topic index, partition) of every partition written, in round-robin order; --partitions
+  // bounds the partitions taken from each topic.
+  std::vector<std::pair<size_t, int32_t>> targets;
+  for (size_t t = 0; t < topics.size(); ++t) {
+    const int topic_partitions = TopicPartitions(producer, topics[t]);
+    if (topic_partitions < 0) {
+      rd_kafka_destroy(producer);
+      return kExitFailed;
+    }
+    const int n =
+        want_partitions == 0 ? topic_partitions : std::min<int>(want_partitions, topic_partitions);
+    for (int p = 0; p < n; ++p) targets.emplace_back(t, p);
   }
-  const int partitions =
-      want_partitions == 0 ? topic_partitions : std::min<int>(want_partitions, topic_partitions);
+  const int64_t partitions = static_cast<int64_t>(targets.size());
 
   rd_kafka_t* consumer =
       NewAssignConsumer(opt, bootstrap, {{"fetch.wait.max.ms", std::to_string(fetch_wait_ms)}});
@@ -783,9 +807,23 @@ int Latency(Options& opt) {
     rd_kafka_destroy(producer);
     return kExitFailed;
   }
-  rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(partitions);
-  for (int p = 0; p < partitions; ++p) {
-    rd_kafka_topic_partition_list_add(list, topic.c_str(), p)->offset = RD_KAFKA_OFFSET_END;
+  rd_kafka_topic_partition_list_t* list =
+      rd_kafka_topic_partition_list_new(static_cast<int>(partitions));
+  for (const auto& [t, p] : targets) {
+    rd_kafka_topic_partition_list_add(list, topics[t].c_str(), p)->offset = RD_KAFKA_OFFSET_END;
+  }
+  // Every partition's end offset, asked in one ListOffsets (timestamp -1: the latest) before
+  // the assign: with OFFSET_END the consumer resolves each partition's start on its own, and
+  // a record sent to a partition before that would be skipped (seen missing with 1,000
+  // partitions). A partition whose answer has an error keeps OFFSET_END.
+  rd_kafka_resp_err_t offsets_err = rd_kafka_offsets_for_times(consumer, list, kMetadataTimeoutMs);
+  if (offsets_err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    fmt::print(stderr, "kafka_perf: latency: end offsets: {}\n", rd_kafka_err2str(offsets_err));
+  }
+  for (int i = 0; i < list->cnt; ++i) {
+    if (list->elems[i].err != RD_KAFKA_RESP_ERR_NO_ERROR || list->elems[i].offset < 0) {
+      list->elems[i].offset = RD_KAFKA_OFFSET_END;
+    }
   }
   rd_kafka_assign(consumer, list);
   rd_kafka_topic_partition_list_destroy(list);
@@ -794,14 +832,29 @@ int Latency(Options& opt) {
   LatencyConsumer reader(consumer, measured);
   std::thread reader_thread([&reader] { reader.Run(); });
 
-  rd_kafka_topic_t* rkt = rd_kafka_topic_new(producer, topic.c_str(), nullptr);
+  std::vector<rd_kafka_topic_t*> rkts;
+  for (const std::string& t : topics)
+    rkts.push_back(rd_kafka_topic_new(producer, t.c_str(), nullptr));
   std::vector<char> payload = FixedRandomPayload(static_cast<size_t>(record_size));
   int64_t produced = 0;
+  int64_t queue_full = 0;
   bool produce_error = false;
-  auto send = [&](uint64_t seq, int32_t partition) {
-    PutHeader(payload.data(), seq, NowNs());
-    if (rd_kafka_produce(rkt, partition, RD_KAFKA_MSG_F_COPY, payload.data(), payload.size(),
-                         nullptr, 0, nullptr) == -1) {
+  auto send = [&](uint64_t seq, int64_t i) {
+    const auto& [t, partition] = targets[static_cast<size_t>(i % partitions)];
+    const int64_t sent_ns = NowNs();
+    PutHeader(payload.data(), seq, sent_ns);
+    // A full local queue (the server acknowledges slower than the rate) is backpressure, not
+    // an error: serve delivery reports and try again (bounded), the record keeping its first
+    // send time, so the wait shows in its latency and in the send lag.
+    int rc;
+    while ((rc = rd_kafka_produce(rkts[t], partition, RD_KAFKA_MSG_F_COPY, payload.data(),
+                                  payload.size(), nullptr, 0, nullptr)) == -1 &&
+           rd_kafka_last_error() == RD_KAFKA_RESP_ERR__QUEUE_FULL &&
+           NowNs() - sent_ns < kStallTimeoutNs) {
+      ++queue_full;
+      rd_kafka_poll(producer, 10);
+    }
+    if (rc == -1) {
       if (!produce_error) {
         fmt::print(stderr, "kafka_perf: produce: {}\n", rd_kafka_err2str(rd_kafka_last_error()));
       }
@@ -817,7 +870,7 @@ int Latency(Options& opt) {
   int64_t warm_deadline = NowNs() + kStallTimeoutNs;
   int64_t seq_partition = 0;
   while (!reader.seen_warmup() && NowNs() < warm_deadline && !produce_error) {
-    send(kWarmupSeq, static_cast<int32_t>(seq_partition++ % partitions));
+    send(kWarmupSeq, seq_partition++);
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   bool ok = reader.seen_warmup() && !produce_error;
@@ -825,21 +878,29 @@ int Latency(Options& opt) {
 
   const int64_t period_ns = 1'000'000'000 / rate;
   int64_t max_send_lag_ns = 0;
+  int64_t measured_start = 0, last_send = 0, measured_sent = 0;
+  double cpu0 = 0;
+  std::map<int64_t, ThreadCpu> threads0;
   if (ok) {
     // Warm-up at the measured rate, then the measured records on a fixed schedule.
     const int64_t warm_records = rate * warmup_s;
     int64_t start = NowNs();
     for (int64_t i = 0; i < warm_records && !produce_error; ++i) {
       SleepUntil(start + i * period_ns);
-      send(kWarmupSeq, static_cast<int32_t>(i % partitions));
+      send(kWarmupSeq, i);
     }
+    threads0 = ThreadCpuSeconds();
+    cpu0 = ClientCpuSeconds();
     start = NowNs();
+    measured_start = start;
     for (int64_t i = 0; i < measured && !produce_error; ++i) {
       const int64_t due = start + i * period_ns;
       SleepUntil(due);
       max_send_lag_ns = std::max(max_send_lag_ns, NowNs() - due);
-      send(static_cast<uint64_t>(i), static_cast<int32_t>(i % partitions));
+      send(static_cast<uint64_t>(i), i);
+      if (!produce_error) ++measured_sent;
     }
+    last_send = NowNs();
   }
   ok = ok && !produce_error && Flush(producer, deliveries, produced) && deliveries.failed == 0;
   // Wait (bounded) for the last records to come back.
@@ -855,9 +916,11 @@ int Latency(Options& opt) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  const double client_cpu = ClientCpuSeconds() - cpu0;
+  const ThreadCpu busiest = BusiestThread(threads0, ThreadCpuSeconds());
   reader.Stop();
   reader_thread.join();
-  rd_kafka_topic_destroy(rkt);
+  for (rd_kafka_topic_t* rkt : rkts) rd_kafka_topic_destroy(rkt);
   rd_kafka_destroy(producer);
   CloseConsumer(consumer);
 
@@ -874,24 +937,41 @@ int Latency(Options& opt) {
   const double p50 = Percentile(sorted, 0.50), p99 = Percentile(sorted, 0.99),
                p999 = Percentile(sorted, 0.999);
   const double max = sorted.empty() ? 0 : static_cast<double>(sorted.back()) / 1e6;
+  // Rates over the measured records: sent over first to last send, received over first send
+  // to last receive (0 when nothing was measured).
+  const double send_s = static_cast<double>(last_send - measured_start) / 1e9;
+  const double receive_s =
+      reader.last_receive_ns() > measured_start
+          ? static_cast<double>(reader.last_receive_ns() - measured_start) / 1e9
+          : 0;
+  const double produce_rate = send_s > 0 ? static_cast<double>(measured_sent) / send_s : 0;
+  const double consume_rate = receive_s > 0 ? static_cast<double>(sorted.size()) / receive_s : 0;
   const bool complete = ok && missing == 0 && reader.duplicates() == 0;
   fmt::print(stderr,
              "latency {}: {} records at {}/s to {} partitions, {} B, acks={}, linger.ms={}, "
              "fetch.wait.max.ms={}\n"
              "  p50 {:.3f} ms, p99 {:.3f} ms, p99.9 {:.3f} ms, max {:.3f} ms, mean {:.3f} ms; "
-             "{} missing, {} duplicates, {} failed deliveries, max send lag {:.3f} ms\n",
+             "{} missing, {} duplicates, {} failed deliveries, max send lag {:.3f} ms\n"
+             "  sent {:.0f}/s, received {:.0f}/s; client CPU {:.2f} s over {:.2f} s, busiest "
+             "thread {} {:.2f} s\n",
              topic, measured, rate, partitions, record_size, acks, linger_ms, fetch_wait_ms, p50,
              p99, p999, max, mean, missing, reader.duplicates(), deliveries.failed,
-             static_cast<double>(max_send_lag_ns) / 1e6);
+             static_cast<double>(max_send_lag_ns) / 1e6, produce_rate, consume_rate, client_cpu,
+             receive_s, busiest.name, busiest.cpu_s);
   fmt::print(
       "{{\"bench\":\"latency\",\"topic\":\"{}\",\"records\":{},\"rate\":{},\"partitions\":{},"
       "\"record_size\":{},\"acks\":\"{}\",\"linger_ms\":{},\"fetch_wait_ms\":{},"
       "\"p50_ms\":{:.4f},\"p99_ms\":{:.4f},\"p999_ms\":{:.4f},\"max_ms\":{:.4f},"
       "\"mean_ms\":{:.4f},\"missing\":{},\"duplicates\":{},\"failed\":{},"
-      "\"max_send_lag_ms\":{:.4f},\"ok\":{}}}\n",
+      "\"max_send_lag_ms\":{:.4f},\"topics\":{},\"send_s\":{:.4f},\"receive_s\":{:.4f},"
+      "\"produce_rate\":{:.1f},\"consume_rate\":{:.1f},\"client_cpu_s\":{:.3f},"
+      "\"busiest_thread\":\"{}\",\"busiest_thread_cpu_s\":{:.3f},\"queue_full_waits\":{},"
+      "\"ok\":{}}}\n",
       topic, measured, rate, partitions, record_size, acks, linger_ms, fetch_wait_ms, p50, p99,
       p999, max, mean, missing, reader.duplicates(), deliveries.failed,
-      static_cast<double>(max_send_lag_ns) / 1e6, complete ? "true" : "false");
+      static_cast<double>(max_send_lag_ns) / 1e6, topics.size(), send_s, receive_s, produce_rate,
+      consume_rate, client_cpu, busiest.name, busiest.cpu_s, queue_full,
+      complete ? "true" : "false");
   return complete ? kExitOk : kExitFailed;
 }
 
