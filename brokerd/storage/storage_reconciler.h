@@ -64,7 +64,6 @@ class StorageReconciler {
     // And these partitions.
     std::set<PartitionKey> partitions;
 
-    bool empty() const { return !full && topics.empty() && partitions.empty(); }
     void Merge(Scope other);
   };
   struct Plan;
