@@ -188,8 +188,8 @@ Status Broker::Start(const std::atomic<bool>& stop) {
 
   // Both follow which logs exist (the reconciler: which to create or delete; the group
   // shards: which __consumer_offsets logs there are), not their offsets, which move with every
-  // append: a reconciler pass walks every topic and partition on the loop. Config changes
-  // reach the reconciler through the metadata.
+  // append. The reconciler has heard which logs changed (OnLayoutKeys) by then, and looks at
+  // those; config changes reach it through the metadata.
   partitions_.OnLayoutChange([this] {
     reconciler_.Kick();
     groups_.Reconcile();

@@ -8,6 +8,7 @@ bool MetadataCache::Apply(const runnel::controller::MetadataUpdate& update) {
     active_controller_ = update.leader_id();
     active_controller_epoch_ = update.leader_epoch();
   }
+  MetadataChanges changes;
   if (update.is_snapshot()) {
     // A controller that lags behind the one this cache followed before (after a failover)
     // answers a watch with its older image: keep the newer state and skip its deltas until
@@ -19,19 +20,22 @@ bool MetadataCache::Apply(const runnel::controller::MetadataUpdate& update) {
     brokers_.clear();
     broker_configs_.clear();
     cluster_id_.clear();
+    changes.image = true;
   } else if (!ready_ || update.offset() != offset_ + 1) {
     return false;
   }
-  for (const auto& record : update.records()) ApplyRecord(record);
+  for (const auto& record : update.records()) ApplyRecord(record, changes);
   offset_ = update.offset();
   ready_ = true;
+  for (const auto& fn : change_listeners_) fn(changes);
   std::vector<std::function<void()>> waiters;
   waiters.swap(waiters_);
   for (auto& fn : waiters) fn();
   return true;
 }
 
-void MetadataCache::ApplyRecord(const runnel::metadata::MetadataRecord& record) {
+void MetadataCache::ApplyRecord(const runnel::metadata::MetadataRecord& record,
+                                MetadataChanges& changes) {
   using R = runnel::metadata::MetadataRecord;
   switch (record.record_case()) {
     case R::kClusterId:
@@ -55,13 +59,21 @@ void MetadataCache::ApplyRecord(const runnel::metadata::MetadataRecord& record) 
       t.name = r.name();
       t.id = UuidFromBytes(r.topic_id());
       name_by_id_[r.topic_id()] = r.name();
+      changes.topics.insert(r.name());
       break;
     }
     case R::kPartition: {
       const auto& r = record.partition();
       auto name = name_by_id_.find(r.topic_id());
       if (name == name_by_id_.end()) break;
-      PartitionInfo& p = topics_[name->second].partitions[r.partition_id()];
+      auto& partitions = topics_[name->second].partitions;
+      auto [it, added] = partitions.try_emplace(r.partition_id());
+      PartitionInfo& p = it->second;
+      if (changes.topics.count(name->second) == 0 &&
+          (added || !std::equal(p.replicas.begin(), p.replicas.end(), r.replicas().begin(),
+                                r.replicas().end()))) {
+        changes.placements.emplace(name->second, r.partition_id());
+      }
       p.id = r.partition_id();
       p.replicas.assign(r.replicas().begin(), r.replicas().end());
       p.isr.assign(r.isr().begin(), r.isr().end());
@@ -72,6 +84,7 @@ void MetadataCache::ApplyRecord(const runnel::metadata::MetadataRecord& record) 
     case R::kRemoveTopic: {
       auto name = name_by_id_.find(record.remove_topic().topic_id());
       if (name == name_by_id_.end()) break;
+      changes.topics.insert(name->second);
       topics_.erase(name->second);
       name_by_id_.erase(name);
       break;
@@ -83,8 +96,10 @@ void MetadataCache::ApplyRecord(const runnel::metadata::MetadataRecord& record) 
         auto it = topics_.find(r.resource_name());
         if (it == topics_.end()) break;
         configs = &it->second.configs;
+        changes.topics.insert(r.resource_name());
       } else if (r.resource_type() == runnel::metadata::CONFIG_RESOURCE_BROKER) {
         configs = &broker_configs_[r.resource_name()];
+        changes.broker_configs.insert(r.resource_name());
       } else {
         break;
       }

@@ -9,7 +9,9 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/protocol/messages.h"
@@ -52,6 +54,21 @@ struct BrokerInfo {
   bool fenced = false;
 };
 
+// What one applied update changed, for those that follow the metadata and want to look at
+// that only (the storage reconciler).
+struct MetadataChanges {
+  // A whole image replaced everything: anything may have changed.
+  bool image = false;
+  // Topics, by name, created, removed (also one removed and created again under a new id) or
+  // whose explicitly set configs changed.
+  std::set<std::string> topics;
+  // Partitions of topics not in `topics` that were added or whose replicas changed (not those
+  // whose leader or ISR only moved).
+  std::set<std::pair<std::string, int32_t>> placements;
+  // Broker resources (as broker_configs() names them) whose dynamic configs changed.
+  std::set<std::string> broker_configs;
+};
+
 class MetadataCache {
  public:
   // Applies one update (a whole image or one delta). Returns false, changing nothing but
@@ -86,9 +103,14 @@ class MetadataCache {
   // Runs `fn` on the loop thread after the next applied update (for callers waiting for a
   // change they made through the controller to show up here).
   void OnNextUpdate(std::function<void()> fn) { waiters_.push_back(std::move(fn)); }
+  // Runs `fn` on the loop thread after every applied update, with what it changed, before
+  // Apply returns.
+  void OnApplied(std::function<void(const MetadataChanges&)> fn) {
+    change_listeners_.push_back(std::move(fn));
+  }
 
  private:
-  void ApplyRecord(const runnel::metadata::MetadataRecord& record);
+  void ApplyRecord(const runnel::metadata::MetadataRecord& record, MetadataChanges& changes);
 
   bool ready_ = false;
   int32_t local_node_id_ = -1;
@@ -101,6 +123,7 @@ class MetadataCache {
   std::map<int32_t, BrokerInfo> brokers_;
   std::map<std::string, std::map<std::string, std::string>> broker_configs_;
   std::vector<std::function<void()>> waiters_;
+  std::vector<std::function<void(const MetadataChanges&)>> change_listeners_;
 };
 
 // A 16-byte proto field as a Uuid; the zero id when it is not 16 bytes.

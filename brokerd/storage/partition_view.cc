@@ -12,6 +12,7 @@ void PartitionView::Apply(const storage::PartitionChange& change, bool snapshot)
     index_.clear();
     partitions_.clear();
     ++layout_version_;
+    layout_reset_ = true;
   }
   for (const storage::PartitionState& s : change.partitions()) {
     PartitionKey key(s.topic(), s.partition());
@@ -21,6 +22,7 @@ void PartitionView::Apply(const storage::PartitionChange& change, bool snapshot)
         index_.erase(PartitionKeyView(it->first.first, it->first.second));
         partitions_.erase(it);
         ++layout_version_;
+        if (!snapshot) layout_changed_.push_back(key);
       }
     } else {
       auto [it, added] = partitions_.try_emplace(key);
@@ -33,6 +35,7 @@ void PartitionView::Apply(const storage::PartitionChange& change, bool snapshot)
       if (!same_log) {
         ++layout_version_;
         p.tail.Clear();
+        if (!snapshot) layout_changed_.push_back(key);
       }
       p.topic_id = s.topic_id();
       // A message taken before an append or a DeleteRecords whose answer came first must not
@@ -110,6 +113,11 @@ void PartitionView::DropTail(const std::string& topic, int32_t partition) {
 void PartitionView::Notify() {
   if (layout_version_ != notified_layout_version_) {
     notified_layout_version_ = layout_version_;
+    std::vector<PartitionKey> changed = std::move(layout_changed_);
+    layout_changed_.clear();
+    const bool reset = std::exchange(layout_reset_, false);
+    if (reset) changed.clear();
+    for (const auto& fn : layout_keys_listeners_) fn(changed, reset);
     for (const auto& fn : layout_listeners_) fn();
   }
   RunNextChange();
@@ -126,6 +134,7 @@ void PartitionView::MarkLost() {
   index_.clear();
   partitions_.clear();
   ++layout_version_;
+  layout_reset_ = true;
   waiters_.FireAll();
   Notify();
 }

@@ -98,6 +98,11 @@ class PartitionView {
   // group shards. The messages that only move offsets, one every few ms while appends go on,
   // do not run it.
   void OnLayoutChange(std::function<void()> fn) { layout_listeners_.push_back(std::move(fn)); }
+  // Runs `fn` on the same occasions, before the OnLayoutChange listeners, with what changed:
+  // the partitions that appeared, went or became another log (a new topic id) since it last
+  // ran; or `reset` (a snapshot or a loss: any may have, and `changed` is empty).
+  using LayoutKeysFn = std::function<void(const std::vector<PartitionKey>& changed, bool reset)>;
+  void OnLayoutKeys(LayoutKeysFn fn) { layout_keys_listeners_.push_back(std::move(fn)); }
   // Runs `fn` once, after the next applied message or loss.
   void OnNextChange(std::function<void()> fn) { next_change_.push_back(std::move(fn)); }
 
@@ -129,6 +134,10 @@ class PartitionView {
   std::map<PartitionKey, std::string> create_failures_;
   PartitionWaiters waiters_;
   std::vector<std::function<void()>> layout_listeners_;
+  std::vector<LayoutKeysFn> layout_keys_listeners_;
+  // The layout changes not yet given to the OnLayoutKeys listeners.
+  std::vector<PartitionKey> layout_changed_;
+  bool layout_reset_ = false;
   uint64_t notified_layout_version_ = 0;  // the layout the layout listeners last ran for
   std::vector<std::function<void()>> next_change_;
 };

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "tests/unit/brokerd/metadata_records.h"
 
 namespace runnel::brokerd {
@@ -175,6 +180,59 @@ TEST(MetadataCacheTest, KeepsTopicAndBrokerConfigs) {
   // A new image replaces the broker configs too.
   ASSERT_TRUE(cache.Apply(Update(5, true)));
   EXPECT_TRUE(cache.broker_configs().empty());
+}
+
+// OnApplied listeners hear what each update changed: topics created, removed or
+// reconfigured; partitions added or moved (not a leader or ISR change); broker configs.
+TEST(MetadataCacheTest, ListenersHearWhatAnUpdateChanged) {
+  MetadataCache cache;
+  std::vector<MetadataChanges> heard;
+  cache.OnApplied([&](const MetadataChanges& c) { heard.push_back(c); });
+  MetadataUpdate snap = Update(1, true);
+  AddTopic(snap, "a", 1, 3);
+  ASSERT_TRUE(cache.Apply(snap));
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_TRUE(heard[0].image);
+
+  MetadataUpdate delta = Update(2, false);
+  AddTopic(delta, "b", 2, 2);  // its partitions come with it: the topic alone
+  auto partition = [&](int32_t id, std::vector<int32_t> replicas, int32_t leader) {
+    auto* r = delta.add_records()->mutable_partition();
+    r->set_topic_id(Id(1));
+    r->set_partition_id(id);
+    for (int32_t b : replicas) r->add_replicas(b);
+    r->set_leader(leader);
+  };
+  partition(0, {1}, 1);     // the same replicas, the same leader: nothing
+  partition(1, {1, 2}, 1);  // moved
+  partition(2, {1}, 2);     // another leader only
+  partition(3, {2}, 2);     // added
+  auto* config = delta.add_records()->mutable_config();
+  config->set_resource_type(runnel::metadata::CONFIG_RESOURCE_BROKER);
+  config->set_resource_name("");
+  config->set_name("log.retention.ms");
+  config->set_value("1000");
+  ASSERT_TRUE(cache.Apply(delta));
+  ASSERT_EQ(heard.size(), 2u);
+  EXPECT_FALSE(heard[1].image);
+  EXPECT_EQ(heard[1].topics, (std::set<std::string>{"b"}));
+  EXPECT_EQ(heard[1].placements, (std::set<std::pair<std::string, int32_t>>{{"a", 1}, {"a", 3}}));
+  EXPECT_EQ(heard[1].broker_configs, (std::set<std::string>{""}));
+
+  MetadataUpdate more = Update(3, false);
+  config = more.add_records()->mutable_config();
+  config->set_resource_type(runnel::metadata::CONFIG_RESOURCE_TOPIC);
+  config->set_resource_name("a");
+  config->set_name("retention.ms");
+  config->set_value("1");
+  more.add_records()->mutable_remove_topic()->set_topic_id(Id(2));
+  ASSERT_TRUE(cache.Apply(more));
+  ASSERT_EQ(heard.size(), 3u);
+  EXPECT_EQ(heard[2].topics, (std::set<std::string>{"a", "b"}));
+  EXPECT_TRUE(heard[2].placements.empty());
+
+  EXPECT_FALSE(cache.Apply(Update(9, false)));  // not applied: not heard of
+  EXPECT_EQ(heard.size(), 3u);
 }
 
 }  // namespace

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+#include <vector>
+
 namespace runnel::brokerd {
 namespace {
 
@@ -325,6 +328,46 @@ TEST_F(PartitionStatesAdvanceTest, CreateFailuresAreKeptUntilTheLogAppearsAndWak
   states_.Apply(Change("t", 1, "id-a", 0), /*snapshot=*/false);
   EXPECT_EQ(states_.CreateFailure("t", 1), nullptr);
   EXPECT_TRUE(states_.create_failures().empty());
+}
+
+// The OnLayoutKeys listeners hear which logs appeared, went or became another log, and of a
+// snapshot or a loss as a reset; offsets moving is no layout change.
+TEST(PartitionViewLayoutKeysTest, ListenersHearWhichLogsChanged) {
+  PartitionView states;
+  std::vector<std::pair<std::vector<PartitionKey>, bool>> heard;
+  int plain_runs_before = -1;
+  int plain_runs = 0;
+  states.OnLayoutChange([&] { ++plain_runs; });
+  states.OnLayoutKeys([&](const std::vector<PartitionKey>& changed, bool reset) {
+    heard.emplace_back(changed, reset);
+    plain_runs_before = plain_runs;
+  });
+  states.Apply(Change("t", 0, "id-a", 5), /*snapshot=*/true);
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_TRUE(heard[0].second);
+  EXPECT_TRUE(heard[0].first.empty());
+  EXPECT_EQ(plain_runs_before, 0);  // before the OnLayoutChange listeners
+  EXPECT_EQ(plain_runs, 1);
+
+  states.Apply(Change("t", 0, "id-a", 9), /*snapshot=*/false);  // offsets only
+  storage::PartitionChange two = Change("t", 1, "id-a", 0);
+  *two.add_partitions() = Change("t", 0, "id-b", 0).partitions(0);  // another log
+  states.Apply(two, /*snapshot=*/false);
+  ASSERT_EQ(heard.size(), 2u);
+  EXPECT_FALSE(heard[1].second);
+  EXPECT_EQ(heard[1].first, (std::vector<PartitionKey>{{"t", 1}, {"t", 0}}));
+
+  storage::PartitionChange gone = Change("t", 1, "id-a", 0);
+  gone.mutable_partitions(0)->set_deleted(true);
+  states.Apply(gone, /*snapshot=*/false);
+  states.Apply(gone, /*snapshot=*/false);  // not known any more: no change
+  ASSERT_EQ(heard.size(), 3u);
+  EXPECT_EQ(heard[2].first, (std::vector<PartitionKey>{{"t", 1}}));
+
+  states.MarkLost();
+  ASSERT_EQ(heard.size(), 4u);
+  EXPECT_TRUE(heard[3].second);
+  EXPECT_TRUE(heard[3].first.empty());
 }
 
 }  // namespace
