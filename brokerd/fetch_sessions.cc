@@ -14,13 +14,13 @@ const log::ModuleLogger kLog("brokerd.fetch");
 using protocol::FetchRequest;
 using protocol::FetchResponse;
 
-FetchSession::Key FetchSession::KeyOf(const std::string& topic, const protocol::Uuid& topic_id,
-                                      int32_t partition) const {
+PartitionKey FetchSession::KeyOf(const std::string& topic, const protocol::Uuid& topic_id,
+                                 int32_t partition) const {
   return {uses_topic_ids_ ? topic_id.ToByteString() : topic, partition};
 }
 
 void FetchSession::Upsert(Partition p) {
-  Key key = KeyOf(p.topic, p.topic_id, p.in.partition);
+  PartitionKey key = KeyOf(p.topic, p.topic_id, p.in.partition);
   auto it = index_.find(key);
   if (it != index_.end()) {
     it->second->in = std::move(p.in);

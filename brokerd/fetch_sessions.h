@@ -30,9 +30,9 @@
 #include <random>
 #include <string>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
+#include "brokerd/storage/partition_key.h"
 #include "common/protocol/messages/fetch.h"
 #include "common/protocol/uuid.h"
 
@@ -81,19 +81,15 @@ class FetchSession {
   void Touch(std::chrono::steady_clock::time_point now) { last_used_ = now; }
 
  private:
-  using Key = std::pair<std::string, int32_t>;
-  struct KeyHash {
-    size_t operator()(const Key& k) const noexcept {
-      return std::hash<std::string>()(k.first) * 31 + static_cast<size_t>(k.second);
-    }
-  };
-  Key KeyOf(const std::string& topic, const protocol::Uuid& topic_id, int32_t partition) const;
+  // The topic's name, or with topic ids its 16 bytes, and the partition.
+  PartitionKey KeyOf(const std::string& topic, const protocol::Uuid& topic_id,
+                     int32_t partition) const;
 
   const int32_t id_;
   const bool uses_topic_ids_;
   int32_t epoch_;
   std::list<Partition> partitions_;
-  std::unordered_map<Key, std::list<Partition>::iterator, KeyHash> index_;
+  std::unordered_map<PartitionKey, std::list<Partition>::iterator, PartitionKeyHash> index_;
   std::chrono::steady_clock::time_point last_used_{};
 };
 

@@ -28,7 +28,8 @@ std::string Errno(const char* what, const std::string& path) {
 Status WriteWholeFile(const std::string& path, const std::string& contents, bool sync) {
   RUNNEL_ASSIGN_OR_RETURN(int fd, OpenFile(path, O_WRONLY | O_CREAT | O_TRUNC));
   FileHandle closes(fd);
-  RUNNEL_RETURN_IF_ERROR(WriteAll(fd, contents.data(), contents.size(), path));
+  RUNNEL_RETURN_IF_ERROR(
+      PwriteFull(fd, reinterpret_cast<const uint8_t*>(contents.data()), contents.size(), 0, path));
   if (sync) RUNNEL_RETURN_IF_ERROR(SyncFd(fd, /*data_only=*/false, path));
   return absl::OkStatus();
 }

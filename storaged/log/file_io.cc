@@ -99,27 +99,6 @@ Status PwriteFull(int fd, const uint8_t* buf, size_t n, int64_t pos, std::string
   return PwriteAll(fd, buf, n, pos, path);
 }
 
-Status WriteAll(int fd, const void* buf, size_t n, std::string_view path) {
-  const auto* bytes = static_cast<const uint8_t*>(buf);
-  const FileFault fault = Consult(FileOp::kWrite, path, fd);
-  if (fault.error != 0) {
-    const size_t torn = std::min(fault.torn_bytes, n);
-    if (torn > 0 && ::write(fd, bytes, torn) < 0) return ErrnoError("write", path);
-    return ErrnoError(fault.error, "write", path);
-  }
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = ::write(fd, bytes + done, n - done);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("write", path);
-    }
-    if (r == 0) return absl::InternalError(fmt::format("write {}: wrote nothing", path));
-    done += size_t(r);
-  }
-  return absl::OkStatus();
-}
-
 Status SyncFd(int fd, bool data_only, std::string_view path) {
   const char* what = data_only ? "fdatasync" : "fsync";
   if (const FileFault fault = Consult(FileOp::kSync, path, fd); fault.error != 0) {

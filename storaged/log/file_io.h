@@ -24,7 +24,7 @@ namespace runnel::storaged {
 
 // What a FileFaults is asked about.
 enum class FileOp {
-  kWrite,     // pwrite/write of data (PwriteFull, WriteAll)
+  kWrite,     // pwrite of data (PwriteFull)
   kSync,      // fsync, fdatasync, syncfs (SyncFd, SyncFileSystemOf)
   kTruncate,  // ftruncate (TruncateFd)
   kCreate,    // a file opened with O_CREAT, a directory made (OpenFile, MakeDir)
@@ -57,8 +57,6 @@ void SetFileFaults(FileFaults* faults);
 Status PreadFull(int fd, uint8_t* buf, size_t n, int64_t pos, std::string_view path = "");
 // Writes exactly `n` bytes at `pos`.
 Status PwriteFull(int fd, const uint8_t* buf, size_t n, int64_t pos, std::string_view path = "");
-// Writes exactly `n` bytes at the file offset (a file being written from its start).
-Status WriteAll(int fd, const void* buf, size_t n, std::string_view path);
 // fdatasync (`data_only`) or fsync of `fd`.
 Status SyncFd(int fd, bool data_only, std::string_view path);
 // syncfs of the file system `fd` is on.
