@@ -80,8 +80,14 @@ Broker::Broker(const config::Config& config)
                AppendBatcher::kDefaultBytesPerCall,
                static_cast<uint64_t>(config.GetLong("runnel.broker.append.shared.bytes")),
                &append_stream_),
+      producer_ids_([this](ProducerIdManager::Allocated done) {
+        runnel::controller::AllocateProducerIdsRequest req;
+        req.set_broker_id(node_id_);
+        req.set_broker_epoch(broker_epoch_);
+        controller_.AllocateProducerIds(req, std::chrono::seconds(10), std::move(done));
+      }),
       context_{loop_,    config_,     metadata_, controller_, node_id_,
-               storage_, partitions_, appends_,  groups_},
+               storage_, partitions_, appends_,  groups_,     producer_ids_},
       groups_(context_),
       reconciler_(loop_, metadata_, partitions_, storage_, node_id_,
                   [](const MetadataCache& cache, const TopicInfo& topic) {

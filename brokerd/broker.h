@@ -25,6 +25,7 @@
 #include "brokerd/storage/partition_view.h"
 #include "brokerd/storage/storage_client.h"
 #include "brokerd/storage/storage_reconciler.h"
+#include "brokerd/txn/producer_id_manager.h"
 #include "common/config/config.h"
 
 namespace runnel::brokerd {
@@ -80,6 +81,7 @@ class Broker {
   PartitionView partitions_;
   AppendStream append_stream_;
   AppendBatcher appends_;
+  ProducerIdManager producer_ids_;
   BrokerContext context_;
   group::Coordinator groups_;  // built after context_ (whose config it reads), which names it
   StorageReconciler reconciler_;

@@ -124,6 +124,12 @@ class Controller final : private Quorum::StateMachine {
   // fenced = false, and it leads again every leaderless partition whose ISR has it).
   StatusOr<controller::BrokerHeartbeatResponse> BrokerHeartbeat(
       const controller::BrokerHeartbeatRequest& request, Deadline deadline = {});
+  // Hands a registered broker (of the epoch it gives) the next kProducerIdBlockSize producer
+  // ids (Kafka's AllocateProducerIds): a write of the ProducerIdsRecord, so a block is never
+  // handed twice, whatever restarts or leader changes come between.
+  StatusOr<controller::AllocateProducerIdsResponse> AllocateProducerIds(
+      const controller::AllocateProducerIdsRequest& request, Deadline deadline = {});
+  static constexpr int32_t kProducerIdBlockSize = 1000;  // Kafka's block size
 
   // Reads of this node's image (any node); controller_id is the known leader (-1 none).
   StatusOr<controller::DescribeClusterResponse> DescribeCluster();
@@ -179,6 +185,10 @@ class Controller final : private Quorum::StateMachine {
   void RoleChanged(raft::Role role, int64_t term, raft::NodeId leader) override;
   void Fatal(const Status& why) override;
   std::vector<int32_t> UnfencedBrokersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // NONE when `broker_id` is registered with `broker_epoch`; else BROKER_ID_NOT_REGISTERED or
+  // STALE_BROKER_EPOCH, with a message.
+  protocol::KafkaError CheckBrokerEpochLocked(int32_t broker_id, int64_t broker_epoch) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Broker sessions (KRaft's broker heartbeat manager), on the leader. The session thread
   // looks every session_check_interval_ms for registered, unfenced brokers not heard from for

@@ -1,9 +1,10 @@
 // Controller operations on brokers: RegisterBroker, DescribeCluster, DescribeQuorum, and
-// broker sessions (heartbeats, fencing, unfencing).
+// broker sessions (heartbeats, fencing, unfencing), and producer id blocks for brokers.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <future>
+#include <limits>
 #include <set>
 
 #include "common/protocol/error_code.h"
@@ -203,22 +204,15 @@ StatusOr<controller::BrokerHeartbeatResponse> Controller::BrokerHeartbeat(
   // The registration the heartbeat is for, or null with the error set in `response`.
   auto registration =
       [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> const metadata::RegisterBrokerRecord* {
-    auto it = image_.brokers().find(request.broker_id());
-    if (it == image_.brokers().end()) {
-      response.set_error_code(static_cast<int32_t>(ErrorCode::kBrokerIdNotRegistered));
-      response.set_error_message(fmt::format("Broker {} is not registered.", request.broker_id()));
+    protocol::KafkaError error =
+        CheckBrokerEpochLocked(request.broker_id(), request.broker_epoch());
+    response.set_error_code(static_cast<int32_t>(error.code));
+    if (!error.ok()) {
+      response.set_error_message(std::move(error.message));
       return nullptr;
     }
-    if (it->second.broker_epoch() != request.broker_epoch()) {
-      response.set_error_code(static_cast<int32_t>(ErrorCode::kStaleBrokerEpoch));
-      response.set_error_message(fmt::format("Expected broker epoch {} of broker {}, but got {}.",
-                                             it->second.broker_epoch(), request.broker_id(),
-                                             request.broker_epoch()));
-      return nullptr;
-    }
-    response.set_error_code(0);
     response.clear_error_message();
-    return &it->second;
+    return &image_.brokers().at(request.broker_id());
   };
   auto not_leader = [&] {
     return absl::FailedPreconditionError(
@@ -263,6 +257,64 @@ StatusOr<controller::BrokerHeartbeatResponse> Controller::BrokerHeartbeat(
       "again",
       request.broker_id(), request.broker_epoch(), offset, partitions);
   response.set_is_fenced(false);
+  response.set_metadata_offset(offset);
+  return response;
+}
+
+protocol::KafkaError Controller::CheckBrokerEpochLocked(int32_t broker_id,
+                                                        int64_t broker_epoch) const {
+  auto it = image_.brokers().find(broker_id);
+  if (it == image_.brokers().end()) {
+    return {ErrorCode::kBrokerIdNotRegistered,
+            fmt::format("Broker {} is not registered.", broker_id)};
+  }
+  if (it->second.broker_epoch() != broker_epoch) {
+    return {ErrorCode::kStaleBrokerEpoch,
+            fmt::format("Expected broker epoch {} of broker {}, but got {}.",
+                        it->second.broker_epoch(), broker_id, broker_epoch)};
+  }
+  return {};
+}
+
+// ---- Producer id blocks -------------------------------------------------------------------
+
+StatusOr<controller::AllocateProducerIdsResponse> Controller::AllocateProducerIds(
+    const controller::AllocateProducerIdsRequest& request, Deadline deadline) {
+  deadline = Resolve(deadline);
+  MutexLock write_lock(&write_mu_);
+  RUNNEL_RETURN_IF_ERROR(BeginWrite(deadline));
+  MutexLock lock(&mu_);
+  RUNNEL_RETURN_IF_ERROR(CheckUsableLocked());
+  controller::AllocateProducerIdsResponse response;
+  response.set_producer_id_start(-1);
+  response.set_metadata_offset(-1);
+  protocol::KafkaError error = CheckBrokerEpochLocked(request.broker_id(), request.broker_epoch());
+  if (!error.ok()) {
+    response.set_error_code(static_cast<int32_t>(error.code));
+    response.set_error_message(std::move(error.message));
+    return response;
+  }
+  // Writers are serialized and each waits for its entry, so the image holds every block
+  // handed out before this one.
+  const int64_t start = image_.next_producer_id();
+  if (start > std::numeric_limits<int64_t>::max() - kProducerIdBlockSize) {
+    response.set_error_code(static_cast<int32_t>(ErrorCode::kUnknownServerError));
+    response.set_error_message(
+        fmt::format("Exhausted all producer ids: the next one would be {}.", start));
+    return response;
+  }
+  metadata::MetadataRecordBatch batch;
+  auto* rec = batch.add_records()->mutable_producer_ids();
+  rec->set_broker_id(request.broker_id());
+  rec->set_broker_epoch(request.broker_epoch());
+  rec->set_next_producer_id(start + kProducerIdBlockSize);
+  lock.Unlock();
+  RUNNEL_ASSIGN_OR_RETURN(int64_t offset, Commit(batch, deadline));
+  kLog()->info("producer ids [{}, {}) handed to broker {}", start, start + kProducerIdBlockSize,
+               request.broker_id());
+  response.set_error_code(0);
+  response.set_producer_id_start(start);
+  response.set_producer_id_len(kProducerIdBlockSize);
   response.set_metadata_offset(offset);
   return response;
 }

@@ -232,6 +232,17 @@ grpc::Status ControllerServiceImpl::BrokerHeartbeat(
   });
 }
 
+grpc::Status ControllerServiceImpl::AllocateProducerIds(
+    grpc::ServerContext* context, const controller::AllocateProducerIdsRequest* request,
+    controller::AllocateProducerIdsResponse* response) {
+  return Guard("AllocateProducerIds", [&] {
+    return Route<controller::AllocateProducerIdsRequest, controller::AllocateProducerIdsResponse>(
+        context, *request, response,
+        [&](Deadline d) { return controller_.AllocateProducerIds(*request, d); },
+        &Stub::AllocateProducerIds, &MetadataOffset<controller::AllocateProducerIdsResponse>);
+  });
+}
+
 grpc::Status ControllerServiceImpl::WatchMetadata(
     grpc::ServerContext* context, const controller::WatchRequest* request,
     grpc::ServerWriter<controller::MetadataUpdate>* writer) {

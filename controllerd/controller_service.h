@@ -55,6 +55,9 @@ class ControllerServiceImpl final : public controller::ControllerService::Servic
   grpc::Status BrokerHeartbeat(grpc::ServerContext* context,
                                const controller::BrokerHeartbeatRequest* request,
                                controller::BrokerHeartbeatResponse* response) override;
+  grpc::Status AllocateProducerIds(grpc::ServerContext* context,
+                                   const controller::AllocateProducerIdsRequest* request,
+                                   controller::AllocateProducerIdsResponse* response) override;
   grpc::Status WatchMetadata(grpc::ServerContext* context, const controller::WatchRequest* request,
                              grpc::ServerWriter<controller::MetadataUpdate>* writer) override;
 

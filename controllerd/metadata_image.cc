@@ -134,6 +134,14 @@ Status MetadataImage::ApplyRecord(const metadata::MetadataRecord& record) {
       }
       return absl::OkStatus();
     }
+    case R::kProducerIds: {
+      const int64_t next = record.producer_ids().next_producer_id();
+      if (next <= next_producer_id_) {
+        return Bad(fmt::format("producer ids moved back from {} to {}", next_producer_id_, next));
+      }
+      next_producer_id_ = next;
+      return absl::OkStatus();
+    }
     case R::RECORD_NOT_SET:
       return Bad("empty metadata record (unknown record type from a newer version?)");
   }
@@ -149,6 +157,10 @@ metadata::MetadataRecordBatch MetadataImage::ToRecords() const {
     f->set_feature_level(level);
   }
   for (const auto& [id, broker] : brokers_) *out.add_records()->mutable_register_broker() = broker;
+  // Only the next free id matters to a snapshot; the broker fields are history.
+  if (next_producer_id_ > 0) {
+    out.add_records()->mutable_producer_ids()->set_next_producer_id(next_producer_id_);
+  }
   for (const auto& [resource, configs] : broker_configs_) {
     for (const auto& [key, value] : configs) {
       auto* c = out.add_records()->mutable_config();

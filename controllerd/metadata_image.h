@@ -32,7 +32,7 @@ class MetadataImage {
 
   // The whole image as records, in a fixed order: cluster id, features, brokers (by id),
   // broker configs, then per topic (by name) its TopicRecord, ConfigRecords (by key) and
-  // PartitionRecords (by partition).
+  // PartitionRecords (by partition). The producer id counter follows the brokers.
   metadata::MetadataRecordBatch ToRecords() const;
 
   // Offset of the last applied entry, -1 when none.
@@ -46,6 +46,8 @@ class MetadataImage {
     return broker_configs_;
   }
   const std::map<std::string, Topic>& topics() const { return topics_; }
+  // The first producer id not yet handed out in a block (0 when none was).
+  int64_t next_producer_id() const { return next_producer_id_; }
   const Topic* TopicByName(std::string_view name) const;
   const Topic* TopicById(std::string_view id) const;
 
@@ -61,6 +63,7 @@ class MetadataImage {
   // resource name ("" = cluster default) -> key -> value
   std::map<std::string, std::map<std::string, std::string>> broker_configs_;
   std::map<std::string, Topic> topics_;  // by name
+  int64_t next_producer_id_ = 0;
   std::map<std::string, std::string> topic_names_by_id_;
 };
 

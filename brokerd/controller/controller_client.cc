@@ -104,6 +104,13 @@ void ControllerClient::BrokerHeartbeat(const runnel::controller::BrokerHeartbeat
                     runnel::controller::BrokerHeartbeatResponse, req, timeout, done);
 }
 
+void ControllerClient::AllocateProducerIds(
+    const runnel::controller::AllocateProducerIdsRequest& req, std::chrono::milliseconds timeout,
+    Done<runnel::controller::AllocateProducerIdsResponse> done) {
+  RUNNEL_ASYNC_CALL(AllocateProducerIds, runnel::controller::AllocateProducerIdsRequest,
+                    runnel::controller::AllocateProducerIdsResponse, req, timeout, done);
+}
+
 #undef RUNNEL_ASYNC_CALL
 
 grpc::Status ControllerClient::RegisterBrokerBlocking(

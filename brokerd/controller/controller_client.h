@@ -62,6 +62,9 @@ class ControllerClient {
   void BrokerHeartbeat(const runnel::controller::BrokerHeartbeatRequest& req,
                        std::chrono::milliseconds timeout,
                        Done<runnel::controller::BrokerHeartbeatResponse> done);
+  void AllocateProducerIds(const runnel::controller::AllocateProducerIdsRequest& req,
+                           std::chrono::milliseconds timeout,
+                           Done<runnel::controller::AllocateProducerIdsResponse> done);
 
   // Blocking, for start-up only (not on the loop): registers this broker, retrying while
   // no controller answers (a quorum still forming), until `stop` is set or Stop() is called.

@@ -42,6 +42,7 @@ void MetadataCache::ApplyRecord(const runnel::metadata::MetadataRecord& record,
       cluster_id_ = record.cluster_id().cluster_id();
       break;
     case R::kFeatureLevel:
+    case R::kProducerIds:  // the controller's counter; brokers get blocks by asking for them
       break;
     case R::kRegisterBroker: {
       const auto& r = record.register_broker();

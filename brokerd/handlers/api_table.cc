@@ -38,6 +38,7 @@ std::span<const ApiEntry> SupportedApis() {
       {ApiKey::kSyncGroup, 0, 5, &HandleSyncGroup},
       {ApiKey::kHeartbeat, 0, 4, &HandleHeartbeat},
       {ApiKey::kLeaveGroup, 0, 5, &HandleLeaveGroup},
+      {ApiKey::kInitProducerId, 0, 5, &HandleInitProducerId},
   };
   return kApis;
 }

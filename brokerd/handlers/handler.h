@@ -32,6 +32,7 @@ namespace runnel::brokerd {
 namespace group {
 class Coordinator;  // brokerd/group/coordinator.h
 }
+class ProducerIdManager;  // brokerd/txn/producer_id_manager.h
 
 struct BrokerContext {
   EventLoop& loop;
@@ -44,6 +45,8 @@ struct BrokerContext {
   AppendBatcher& appends;
   // The group coordinator (FindCoordinator, OffsetCommit, JoinGroup, ...).
   group::Coordinator& groups;
+  // Producer ids for InitProducerId, from the controller's blocks.
+  ProducerIdManager& producer_ids;
   // Work waiting on the loop (long-poll fetches, WaitForMetadata) registers how to end it
   // early, and is owned by its entry until it ends; the broker runs these when it stops,
   // before the listeners and connections close, so each ends as at its timeout.
@@ -98,6 +101,7 @@ void HandleJoinGroup(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleSyncGroup(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleHeartbeat(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleLeaveGroup(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleInitProducerId(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 
 // AlterConfigs and IncrementalAlterConfigs (alter_configs.cc): answers here the broker
 // resources naming another node, as Kafka's broker does, sends the rest to the controller,

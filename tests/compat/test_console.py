@@ -8,7 +8,7 @@ import tempfile
 import time
 import unittest
 
-from peers import TargetTestCase, runnel_gap
+from peers import TargetTestCase
 
 NOT_IDEMPOTENT = ("--command-property", "enable.idempotence=false")
 KEYED = ("--reader-property", "parse.key=true", "--reader-property", "key.separator=:")
@@ -68,8 +68,6 @@ class ConsoleTest(TargetTestCase):
         self.assertEqual(self.get_offsets(topic),
                          {p: len(by_partition.get(p, [])) for p in range(3)})
 
-    @runnel_gap("the console producer's default is an idempotent producer: it needs "
-                "InitProducerId (API 22), which Runnel does not serve yet")
     def test_keyed_round_trip_idempotent_producer(self):
         self.check_keyed_round_trip(self.topic())
 

@@ -4,7 +4,7 @@ the target: produce, consume in classic and KIP-848 groups with commits, and the
 tests/compat/go/main.go does the calls; scripts/peers/clients builds it into the peers cache."""
 import unittest
 
-from peers import ClientTestCase, runnel_gap
+from peers import ClientTestCase
 
 
 class GoClientTest(ClientTestCase):
@@ -59,9 +59,6 @@ class GoClientTest(ClientTestCase):
         self.assertEqual(self.go.ok("list_groups")["groups"][g],
                          {"state": "Empty", "protocol_type": "consumer", "type": "consumer"})
 
-    @runnel_gap("InitProducerId (API 22), issue 'Exactly once': franz-go's default producer "
-                "is idempotent; Runnel does not serve API 22, so franz-go quietly writes "
-                "without a producer id (producer id -1), where Kafka gives it one")
     def test_producer_defaults_idempotent(self):
         t = self.topic()
         self.create(t, 1)

@@ -5,7 +5,7 @@ one JVM per test class (scripts/peers/clients java)."""
 import time
 import unittest
 
-from peers import ClientTestCase, runnel_gap, wait_until
+from peers import ClientTestCase, wait_until
 
 NOT_IDEMPOTENT = {"enable.idempotence": "false"}
 
@@ -42,10 +42,6 @@ class JavaClientTest(ClientTestCase):
 
     # ------------------------------------------------------------------ producers
 
-    @runnel_gap("InitProducerId (API 22), issue 'Exactly once': the Java producer's defaults "
-                "(enable.idempotence=true, acks=all) need a producer id; Runnel does not serve "
-                "API 22, so every send fails with KafkaException caused by "
-                "UnsupportedVersionException 'The node does not support INIT_PRODUCER_ID'")
     def test_producer_defaults_idempotent(self):
         t = self.topic()
         self.create(t, 1)

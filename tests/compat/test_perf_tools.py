@@ -18,7 +18,7 @@ import tempfile
 import threading
 import unittest
 
-from peers import KAFKA, TargetTestCase, require_peers, runnel_gap, wait_until
+from peers import KAFKA, TargetTestCase, require_peers, wait_until
 
 NOT_IDEMPOTENT = ("--command-property", "enable.idempotence=false")
 # What Kafka's system tests give the verifiable producer for an idempotent run: its own
@@ -275,11 +275,6 @@ class PerfAndVerifiableToolsTest(TargetTestCase):
         # enable.idempotence=false: the idempotent default needs InitProducerId (see below).
         self.check_producer_perf(self.topic(), *NOT_IDEMPOTENT)
 
-    @runnel_gap("issue 'Exactly once': the perf test's default producer is idempotent and "
-                "needs InitProducerId (API 22), which Runnel does not serve: the tool exits 1 "
-                "with 'KafkaException: Cannot execute transactional method because we are in "
-                "an error state' (the producer logged UnsupportedVersionException 'The node "
-                "does not support INIT_PRODUCER_ID')")
     def test_producer_perf_test_default_idempotent_producer(self):
         self.check_producer_perf(self.topic())
 
@@ -435,11 +430,6 @@ class PerfAndVerifiableToolsTest(TargetTestCase):
         # --group-protocol consumer: KIP-848 (ConsumerGroupHeartbeat), server-side assignor.
         self.check_verifiable_group("consumer")
 
-    @runnel_gap("issue 'Exactly once': an idempotent producer needs InitProducerId (API 22), "
-                "which Runnel does not serve: every send is a producer_send_error "
-                "(KafkaException 'Cannot execute transactional method because we are in an "
-                "error state'; the producer logged UnsupportedVersionException 'The node does "
-                "not support INIT_PRODUCER_ID'), tool_data acked 0")
     def test_verifiable_producer_idempotent(self):
         topic = self.topic()
         self.create(topic)

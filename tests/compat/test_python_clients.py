@@ -5,7 +5,7 @@ commits, and administers (create topics, list and describe groups, group offsets
 offsets). tests/compat/pyclients.py does the calls, one program per client."""
 import unittest
 
-from peers import ClientTestCase, runnel_gap
+from peers import ClientTestCase
 
 
 class PythonClientsTest(ClientTestCase):
@@ -60,9 +60,6 @@ class PythonClientsTest(ClientTestCase):
         d = c.ok("describe_groups", groups=[g])["groups"][g]
         self.assertEqual((d["state"], d["type"], d["members"]), ("EMPTY", "CONSUMER", []))
 
-    @runnel_gap("InitProducerId (API 22), issue 'Exactly once': librdkafka with "
-                "enable.idempotence=true fails fatally with _UNSUPPORTED_FEATURE 'Idempotent "
-                "producer not supported by any of the 1 connected broker(s)'")
     def test_confluent_idempotent_producer(self):
         t = self.topic()
         c = self.client_of["confluent"]
@@ -80,9 +77,6 @@ class PythonClientsTest(ClientTestCase):
         self.assertEqual((d["state"], d["protocol_type"], d["members"]),
                          ("Empty", "consumer", []))
 
-    @runnel_gap("InitProducerId (API 22), issue 'Exactly once': kafka-python 3's producer is "
-                "idempotent by default and fails every send with IncompatibleBrokerVersion "
-                "'Kafka broker does not support the 'InitProducerIdRequest' Kafka protocol'")
     def test_kafka_python_producer_defaults(self):
         t = self.topic()
         c = self.client_of["kafka-python"]

@@ -3,7 +3,7 @@ target: create, list, describe, alter partitions, delete; describe and alter top
 import re
 import unittest
 
-from peers import TargetTestCase, runnel_gap, wait_until
+from peers import TargetTestCase, wait_until
 
 # Every topic config Kafka 4.4 lists in `kafka-configs --describe --all` of a topic.
 KAFKA_44_TOPIC_CONFIGS = sorted("""

@@ -13,6 +13,7 @@
 #include "brokerd/handlers/handler.h"
 #include "brokerd/storage/append_batcher.h"
 #include "brokerd/storage/partition_view.h"
+#include "brokerd/txn/producer_id_manager.h"
 #include "common/protocol/uuid.h"
 #include "tests/unit/brokerd/real_storage_fixture.h"
 
@@ -178,8 +179,11 @@ class ShardTest : public RealStorageTest {
     Wiring(EventLoop& loop, const config::Config& config, MetadataCache& metadata,
            ControllerClient& controller, StorageClient& storage, PartitionView& partitions,
            AppendBatcher& appends)
-        : context{loop, config, metadata, controller, 1, storage, partitions, appends, groups},
+        : producer_ids([](ProducerIdManager::Allocated) {}),
+          context{loop,    config,     metadata, controller, 1,
+                  storage, partitions, appends,  groups,     producer_ids},
           groups(context) {}
+    ProducerIdManager producer_ids;  // unused: no InitProducerId here
     BrokerContext context;
     Coordinator groups;
   };

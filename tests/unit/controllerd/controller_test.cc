@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "common/config/topic_config.h"
@@ -526,6 +527,54 @@ TEST_F(ControllerTest, RestartKeepsEverything) {
   EXPECT_NE(c->Image().TopicByName("keep"), nullptr);
   EXPECT_EQ(c->Image().TopicByName("gone"), nullptr);
   EXPECT_EQ(Create(*c, Topic("keep", 1, 1)).error_code(), Code(ErrorCode::kTopicAlreadyExists));
+}
+
+// Producer id blocks follow one another, are checked against the broker's registration and
+// are never handed twice, across restarts (and the snapshots they load from).
+TEST_F(ControllerTest, ProducerIdBlocksAreUniqueAcrossRestarts) {
+  options_.snapshot_interval_bytes = 1;  // a snapshot after nearly every entry
+  auto allocate = [](Controller& c, int32_t broker, int64_t epoch) {
+    controller::AllocateProducerIdsRequest req;
+    req.set_broker_id(broker);
+    req.set_broker_epoch(epoch);
+    auto resp = c.AllocateProducerIds(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? *resp : controller::AllocateProducerIdsResponse();
+  };
+  std::set<int64_t> starts;
+  {
+    auto c = Open();
+    Register(*c, 1);
+    Register(*c, 2);
+    const int64_t epoch1 = c->Image().brokers().at(1).broker_epoch();
+    const int64_t epoch2 = c->Image().brokers().at(2).broker_epoch();
+    for (int i = 0; i < 3; ++i) {
+      for (auto [broker, epoch] : {std::pair{1, epoch1}, std::pair{2, epoch2}}) {
+        controller::AllocateProducerIdsResponse r = allocate(*c, broker, epoch);
+        ASSERT_EQ(r.error_code(), kNone) << r.error_message();
+        EXPECT_EQ(r.producer_id_len(), Controller::kProducerIdBlockSize);
+        EXPECT_EQ(r.producer_id_start() % Controller::kProducerIdBlockSize, 0);
+        EXPECT_GE(r.metadata_offset(), 0);
+        EXPECT_TRUE(starts.insert(r.producer_id_start()).second) << r.producer_id_start();
+      }
+    }
+    EXPECT_EQ(*starts.begin(), 0);
+    EXPECT_EQ(c->Image().next_producer_id(), 6 * Controller::kProducerIdBlockSize);
+
+    controller::AllocateProducerIdsResponse stale = allocate(*c, 1, epoch1 + 100);
+    EXPECT_EQ(stale.error_code(), Code(ErrorCode::kStaleBrokerEpoch)) << stale.error_message();
+    EXPECT_EQ(stale.producer_id_start(), -1);
+    controller::AllocateProducerIdsResponse unknown = allocate(*c, 9, 0);
+    EXPECT_EQ(unknown.error_code(), Code(ErrorCode::kBrokerIdNotRegistered));
+    EXPECT_EQ(c->Image().next_producer_id(), 6 * Controller::kProducerIdBlockSize)
+        << "a refused request hands out nothing";
+  }
+  auto c = Open();
+  EXPECT_EQ(c->Image().next_producer_id(), 6 * Controller::kProducerIdBlockSize);
+  controller::AllocateProducerIdsResponse r =
+      allocate(*c, 2, c->Image().brokers().at(2).broker_epoch());
+  ASSERT_EQ(r.error_code(), kNone) << r.error_message();
+  EXPECT_EQ(r.producer_id_start(), 6 * Controller::kProducerIdBlockSize);
 }
 
 // The same operations with snapshots after nearly every entry and with none give the same

@@ -201,5 +201,32 @@ TEST(UuidTest, RandomIdsAreVersion4AndPrintAsKafkaBase64) {
   EXPECT_FALSE(IsValidUuid(std::string(16, '\0')));
 }
 
+metadata::MetadataRecord ProducerIdsRec(int32_t broker, int64_t next) {
+  metadata::MetadataRecord r;
+  r.mutable_producer_ids()->set_broker_id(broker);
+  r.mutable_producer_ids()->set_broker_epoch(7);
+  r.mutable_producer_ids()->set_next_producer_id(next);
+  return r;
+}
+
+TEST(MetadataImageTest, ProducerIdBlocksOnlyMoveForwardAndSurviveASnapshot) {
+  MetadataImage image;
+  EXPECT_EQ(image.next_producer_id(), 0);
+  ASSERT_TRUE(image.Apply(0, BatchOf({BrokerRec(1, 0)})).ok());
+  ASSERT_TRUE(image.Apply(1, BatchOf({ProducerIdsRec(1, 1000)})).ok());
+  ASSERT_TRUE(image.Apply(2, BatchOf({ProducerIdsRec(1, 2000)})).ok());
+  EXPECT_EQ(image.next_producer_id(), 2000);
+
+  MetadataImage resumed;
+  ASSERT_TRUE(resumed.Load(2, image.ToRecords()).ok());
+  EXPECT_EQ(resumed.next_producer_id(), 2000);
+  EXPECT_TRUE(resumed == image);
+
+  MetadataImage back = image;
+  EXPECT_FALSE(back.Apply(3, BatchOf({ProducerIdsRec(1, 2000)})).ok()) << "a block handed twice";
+  back = image;
+  EXPECT_FALSE(back.Apply(3, BatchOf({ProducerIdsRec(1, 1000)})).ok()) << "ids moving back";
+}
+
 }  // namespace
 }  // namespace runnel::controllerd
