@@ -538,7 +538,9 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
   result.base_offset = next;
   int64_t messages = 0;
   int64_t max_timestamp = -1;
+  bool has_producers = false;
   for (const record::BatchView& b : batches) {
+    has_producers |= b.producer_id() >= 0;
     std::span<uint8_t> bytes(records.data() + (b.bytes().data() - records.data()),
                              b.size_in_bytes());
     record::SetBaseOffset(bytes, next);
@@ -552,7 +554,13 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
     max_timestamp = std::max(max_timestamp, b.max_timestamp());
   }
   result.last_offset = next - 1;
-  // The views read the header bytes just rewritten, so they see the assigned offsets.
+  // The views read the header bytes just rewritten, so they see the assigned offsets (and
+  // LogAppendTime), as Kafka checks the producer state after assigning them.
+  ProducerStateManager::AppendPlan plan;
+  if (has_producers) [[unlikely]] {
+    AppendResult answer;
+    if (!CheckProducersLocked(batches, &plan, &answer)) return answer;
+  }
   std::shared_ptr<Segment> active = ActiveSegment();
   if (ShouldRollLocked(cfg, *active, int64_t(records.size()), result.last_offset, max_timestamp)) {
     Status rolled = RollLocked();
@@ -567,6 +575,7 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
   if (!written.ok()) return WriteFailed(written);
   WriteSucceeded();
   result.range = {active->log_path(), position, int32_t(records.size()), active->inode()};
+  if (!plan.empty()) producers_.Commit(std::move(plan));
   log_end_offset_.store(next, std::memory_order_release);
   if (leader_epoch >= 0) {
     MutexLock lock(&epochs_mu_);
@@ -583,6 +592,48 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
   result.log_start_offset = log_start_offset_.load();
   result.high_watermark = next;  // a single replica: everything appended is committed
   return result;
+}
+
+bool Log::CheckProducersLocked(const std::vector<record::BatchView>& batches,
+                               ProducerStateManager::AppendPlan* plan, AppendResult* answer) const {
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const record::BatchView& b = batches[i];
+    if (b.producer_id() < 0) continue;
+    // Kafka stops at the first duplicate and appends nothing of the request (a producer
+    // sends one batch per partition, so a retry is never mixed with new batches).
+    if (std::optional<ProducerBatch> dup = producers_.FindDuplicate(b)) {
+      kLog()->debug(
+          "[{}] duplicate batch of producer {} epoch {} sequences {}..{}: answered "
+          "with offsets {}..{}",
+          tp().ToString(), b.producer_id(), b.producer_epoch(), dup->first_seq, dup->last_seq,
+          dup->first_offset, dup->last_offset);
+      *answer = AppendResult{};
+      answer->base_offset = dup->first_offset;
+      answer->last_offset = dup->last_offset;
+      answer->log_append_time = dup->max_timestamp;
+      answer->log_start_offset = log_start_offset_.load();
+      answer->high_watermark = log_end_offset_.load();
+      return false;
+    }
+    protocol::KafkaError e = producers_.CheckClientBatch(b, b.base_offset(), plan);
+    if (!e.ok()) {
+      *answer = Fail(e.code, fmt::format("{} in {}", e.message, tp().ToString()), int(i));
+      return false;
+    }
+  }
+  return true;
+}
+
+std::optional<ProducerEntry> Log::Producer(int64_t producer_id) const {
+  MutexLock lock(&append_mu_);
+  const ProducerEntry* e = producers_.Find(producer_id);
+  if (e == nullptr) return std::nullopt;
+  return *e;
+}
+
+size_t Log::ProducerCount() const {
+  MutexLock lock(&append_mu_);
+  return producers_.size();
 }
 
 AppendResult Log::AppendWithOffsets(std::span<uint8_t> records) {
