@@ -13,6 +13,8 @@
 
 #include "common/log/log.h"
 #include "common/protocol/uuid.h"
+#include "common/util/big_endian.h"
+#include "storaged/log/checkpoints.h"
 #include "storaged/log/file_io.h"
 #include "storaged/log_dirs.h"
 
@@ -182,6 +184,9 @@ Status Log::Load(int64_t recovery_point, int64_t log_start_offset, bool clean_sh
   std::vector<int64_t> bases;
   for (const std::string& n : names) {
     if (std::optional<int64_t> b = ParseSegmentFileName(n, kLogSuffix)) bases.push_back(*b);
+    if (std::optional<int64_t> b = ParseSegmentFileName(n, kProducerSnapshotSuffix)) {
+      producer_snapshots_.insert(*b);
+    }
   }
   std::sort(bases.begin(), bases.end());
 
@@ -296,10 +301,114 @@ Status Log::Load(int64_t recovery_point, int64_t log_start_offset, bool clean_sh
       RUNNEL_RETURN_IF_ERROR(assigned);
     }
   }
+  // The producer state. After a clean stop the latest snapshot is the state: every log
+  // whose producers changed since its last snapshot wrote one at close, so a log without
+  // snapshots had no producers and costs no read here (a node may hold 100,000 of them).
+  // After an unclean stop the batch headers after the latest snapshot are replayed: at most
+  // the active segment, as every roll writes one.
+  RUNNEL_RETURN_IF_ERROR(LoadProducerStateLocked(clean_shutdown, &report->notes));
   if (!report->notes.empty()) {
     for (const std::string& note : report->notes) kLog()->warn("[{}] {}", name, note);
   }
   return absl::OkStatus();
+}
+
+Status Log::LoadProducerStateLocked(bool snapshot_is_state, std::vector<std::string>* notes) {
+  const int64_t end = log_end_offset_.load();
+  auto drop = [&](int64_t offset, const std::string& why) {
+    std::string path = SegmentFilePath(options_.dir, offset, kProducerSnapshotSuffix);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      kLog()->warn("[{}] unlink {}: {}", tp().ToString(), path, std::strerror(errno));
+    }
+    notes->push_back(fmt::format("deleted producer snapshot {} ({})", OffsetFileStem(offset), why));
+  };
+  while (!producer_snapshots_.empty() && *producer_snapshots_.rbegin() > end) {
+    drop(*producer_snapshots_.rbegin(), "above the log end");
+    producer_snapshots_.erase(std::prev(producer_snapshots_.end()));
+  }
+  producers_.Clear();
+  int64_t from = log_start_offset_.load();
+  bool damaged = false;
+  while (!producer_snapshots_.empty()) {
+    const int64_t offset = *producer_snapshots_.rbegin();
+    StatusOr<std::optional<std::string>> bytes =
+        ReadWholeFile(SegmentFilePath(options_.dir, offset, kProducerSnapshotSuffix));
+    Status loaded = !bytes.ok() ? bytes.status()
+                    : !*bytes   ? absl::NotFoundError("gone")
+                                : producers_.LoadSnapshot(**bytes);
+    if (loaded.ok()) {
+      from = std::max(from, offset);
+      break;
+    }
+    drop(offset, std::string(loaded.message()));
+    producer_snapshots_.erase(offset);
+    damaged = true;
+  }
+  // A damaged latest snapshot: the older one is not the state, replay from it.
+  if (snapshot_is_state && !damaged) {
+    producers_.MarkSnapshotted();
+    return absl::OkStatus();
+  }
+  for (const std::shared_ptr<Segment>& seg : Segments()) {
+    if (seg->size() == 0 || seg->next_offset() <= from) continue;
+    Status replayed = absl::OkStatus();
+    // The scan calls back synchronously, under the append_mu_ this function holds.
+    RUNNEL_RETURN_IF_ERROR(seg->ScanBatches(
+        0, seg->size(), [&](const BatchLocation& loc) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          if (loc.last_offset < from || loc.producer_id < 0) return true;
+          ProducerBatchHeader h;
+          h.producer_id = loc.producer_id;
+          h.producer_epoch = loc.producer_epoch;
+          h.base_sequence = loc.base_sequence;
+          h.base_offset = loc.base_offset;
+          h.last_offset = loc.last_offset;
+          h.max_timestamp = loc.max_timestamp;
+          h.transactional = (loc.attributes & 0x10) != 0;
+          h.control = (loc.attributes & 0x20) != 0;
+          int32_t coordinator_epoch = -1;
+          if (h.control) {
+            // A transaction marker's value: version int16, coordinator epoch int32.
+            replayed = seg->ForEachRecordIn(loc, [&](int64_t, int64_t, const record::Record& r) {
+              if (r.value && r.value->size() >= 6) {
+                coordinator_epoch = int32_t(LoadBigEndian32(r.value->data() + 2));
+              }
+              return false;
+            });
+            if (!replayed.ok()) return false;
+          }
+          producers_.ReplayBatch(h, coordinator_epoch);
+          return true;
+        }));
+    RUNNEL_RETURN_IF_ERROR(replayed);
+  }
+  return absl::OkStatus();
+}
+
+Status Log::WriteProducerSnapshotLocked(int64_t offset, bool sync) {
+  const std::string path = SegmentFilePath(options_.dir, offset, kProducerSnapshotSuffix);
+  const std::string bytes = producers_.EncodeSnapshot();
+  if (sync) {
+    RUNNEL_RETURN_IF_ERROR(WriteFileDurably(path, bytes));
+  } else {
+    // The caller syncs the file system (LogManager::Shutdown) before it says "clean".
+    const std::string tmp = path + ".tmp";
+    RUNNEL_RETURN_IF_ERROR(WriteNewFile(tmp, bytes));
+    RUNNEL_RETURN_IF_ERROR(RenameFile(tmp, path));
+  }
+  producer_snapshots_.insert(offset);
+  producers_.MarkSnapshotted();
+  return absl::OkStatus();
+}
+
+void Log::DeleteProducerSnapshotsBelowLocked(int64_t offset) {
+  while (!producer_snapshots_.empty() && *producer_snapshots_.begin() < offset) {
+    const int64_t below = *producer_snapshots_.begin();
+    std::string path = SegmentFilePath(options_.dir, below, kProducerSnapshotSuffix);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      kLog()->warn("[{}] unlink {}: {}", tp().ToString(), path, std::strerror(errno));
+    }
+    producer_snapshots_.erase(below);
+  }
 }
 
 Status Log::RebuildLeaderEpochs() {
@@ -431,6 +540,11 @@ Status Log::RollLocked() {
     segments_[base] = std::move(seg);
   }
   kLog()->debug("[{}] rolled a new segment at offset {}", tp().ToString(), base);
+  // Even with no producers: a replay after a crash then starts at the active segment.
+  // Without it the state is still right (the replay starts at an older snapshot, and a
+  // clean close writes one, the state staying dirty).
+  Status snap = WriteProducerSnapshotLocked(base, /*sync=*/true);
+  if (!snap.ok()) kLog()->warn("[{}] producer snapshot: {}", tp().ToString(), snap.message());
   return absl::OkStatus();
 }
 
@@ -685,6 +799,12 @@ AppendResult Log::AppendWithOffsets(std::span<uint8_t> records) {
     Status written = active->Append(records, *batches, cfg.index_interval_bytes);
     if (!written.ok()) return WriteFailed(written);
     WriteSucceeded();
+    for (const record::BatchView& b : *batches) {
+      // Copied batches are trusted, as Kafka trusts its leader's (no sequence checks).
+      if (b.producer_id() >= 0) [[unlikely]] {
+        producers_.ReplayBatch(ProducerBatchHeader::Of(b), -1);
+      }
+    }
     log_end_offset_.store(result.last_offset + 1);
     result.log_start_offset = log_start_offset_.load();
     result.high_watermark = result.last_offset + 1;
@@ -905,8 +1025,15 @@ Status Log::TruncateTo(int64_t offset) {
     }
     log_end_offset_.store(offset);
     if (recovery_point_.load() > offset) recovery_point_.store(offset);
-    MutexLock elock(&epochs_mu_);
-    RUNNEL_RETURN_IF_ERROR(epochs_->TruncateFromEnd(offset));
+    {
+      MutexLock elock(&epochs_mu_);
+      RUNNEL_RETURN_IF_ERROR(epochs_->TruncateFromEnd(offset));
+    }
+    // Kafka's truncateAndReload: the state as of the new end, from the snapshots at or
+    // below it and the batches after them.
+    std::vector<std::string> notes;
+    RUNNEL_RETURN_IF_ERROR(LoadProducerStateLocked(/*snapshot_is_state=*/false, &notes));
+    DeleteProducerSnapshotsBelowLocked(log_start_offset_.load());
   }
   Notify();
   return absl::OkStatus();
@@ -1003,6 +1130,9 @@ int Log::DeleteOldSegments(std::vector<std::shared_ptr<Segment>>* to_unlink) {
     Status s = epochs_->TruncateFromStart(new_start);
     if (!s.ok()) kLog()->warn("[{}] leader epochs: {}", tp().ToString(), s.message());
   }
+  // The producer snapshots of the removed segments go with them: those below the new log
+  // start (the one at the first kept segment's base stays unless DeleteRecords moved it).
+  DeleteProducerSnapshotsBelowLocked(new_start);
   for (size_t i = 0; i < n; ++i) {
     Status s = segs[i]->RenameSuffix("", kDeletedSuffix);
     if (!s.ok()) kLog()->warn("[{}] rename for deletion: {}", tp().ToString(), s.message());
@@ -1078,6 +1208,10 @@ Status Log::Close(bool sync) {
   if (closed_) return absl::OkStatus();
   closed_ = true;
   Status result = absl::OkStatus();
+  // Only a log whose producers changed since its last snapshot writes one (see Load).
+  if (producers_.dirty() && !failed_.load()) {
+    result = WriteProducerSnapshotLocked(log_end_offset_.load(), sync);
+  }
   for (const std::shared_ptr<Segment>& seg : Segments()) {
     Status s = seg->Close(sync);
     if (!s.ok() && result.ok()) result = s;

@@ -290,6 +290,17 @@ class Log {
   bool CheckProducersLocked(const std::vector<record::BatchView>& batches,
                             ProducerStateManager::AppendPlan* plan, AppendResult* answer) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
+  // The producer state at load or after a truncation: snapshots above the log end are
+  // deleted, then the latest good one is loaded (a damaged one is noted in `notes`, deleted,
+  // and the next older one tried); unless `snapshot_is_state` (a clean start), the batch
+  // headers after it (or after the log start) are replayed.
+  Status LoadProducerStateLocked(bool snapshot_is_state, std::vector<std::string>* notes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
+  // Writes <offset>.snapshot of the current state (temp + rename; fsynced when `sync`).
+  Status WriteProducerSnapshotLocked(int64_t offset, bool sync)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
+  // Deletes the snapshots below `offset` (their segments are gone).
+  void DeleteProducerSnapshotsBelowLocked(int64_t offset) ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
   int32_t EpochForOffset(int64_t offset) const;
   OffsetLookup LookupMaxTimestamp() const;
   OffsetLookup LookupTimestamp(int64_t timestamp) const;
@@ -333,6 +344,8 @@ class Log {
   std::optional<LeaderEpochCache> epochs_ ABSL_GUARDED_BY(epochs_mu_);
   bool closed_ ABSL_GUARDED_BY(append_mu_) = false;
   ProducerStateManager producers_ ABSL_GUARDED_BY(append_mu_);
+  // The offsets of the producer snapshot files in the directory.
+  std::set<int64_t> producer_snapshots_ ABSL_GUARDED_BY(append_mu_);
   std::set<int64_t> swapped_bases_;  // segments whose swap was finished at load
 };
 

@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
+
+#include "common/util/big_endian.h"
+#include "common/util/crc32c.h"
 
 namespace runnel::storaged {
 
@@ -168,6 +172,111 @@ void ProducerStateManager::Commit(AppendPlan&& plan) {
   for (auto& [id, entry] : plan.entries_) producers_[id] = std::move(entry);
   plan.entries_.clear();
   dirty_ = true;
+}
+
+namespace {
+
+constexpr int16_t kSnapshotVersion = 1;
+constexpr size_t kSnapshotCrcAt = 2;
+constexpr size_t kSnapshotEntriesAt = 6;  // the CRC covers the count and the entries
+constexpr size_t kSnapshotHeaderSize = 10;
+constexpr size_t kSnapshotEntrySize = 46;
+
+void Put16(std::string* out, int16_t v) {
+  out->push_back(char(uint16_t(v) >> 8));
+  out->push_back(char(uint16_t(v) & 0xff));
+}
+void Put32(std::string* out, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out->push_back(char((v >> shift) & 0xff));
+}
+void Put64(std::string* out, int64_t v) {
+  for (int shift = 56; shift >= 0; shift -= 8) out->push_back(char((uint64_t(v) >> shift) & 0xff));
+}
+
+}  // namespace
+
+std::string ProducerStateManager::EncodeSnapshot() const {
+  std::vector<int64_t> ids;
+  ids.reserve(producers_.size());
+  for (const auto& [id, entry] : producers_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  std::string out;
+  out.reserve(kSnapshotHeaderSize + ids.size() * kSnapshotEntrySize);
+  Put16(&out, kSnapshotVersion);
+  Put32(&out, 0);  // the CRC, filled in below
+  Put32(&out, uint32_t(ids.size()));
+  for (int64_t id : ids) {
+    const ProducerEntry& e = producers_.at(id);
+    const ProducerBatch* last = e.empty() ? nullptr : &e.batch(e.count() - 1);
+    Put64(&out, id);
+    Put16(&out, e.epoch);
+    Put32(&out, uint32_t(last ? last->last_seq : kNoSequence));
+    Put64(&out, last ? last->last_offset : -1);
+    Put32(&out, uint32_t(last ? int32_t(last->last_offset - last->first_offset) : 0));
+    Put64(&out, e.last_timestamp);
+    Put32(&out, uint32_t(e.coordinator_epoch));
+    Put64(&out, e.txn_first_offset);
+  }
+  const uint32_t crc =
+      crc32c::Value(out.data() + kSnapshotEntriesAt, out.size() - kSnapshotEntriesAt);
+  for (int i = 0; i < 4; ++i) out[kSnapshotCrcAt + i] = char((crc >> (24 - 8 * i)) & 0xff);
+  return out;
+}
+
+Status ProducerStateManager::LoadSnapshot(std::string_view bytes) {
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  if (bytes.size() < kSnapshotHeaderSize) {
+    return absl::DataLossError(
+        fmt::format("producer snapshot of {} bytes is too short", bytes.size()));
+  }
+  const int16_t version = int16_t(LoadBigEndian16(p));
+  if (version != kSnapshotVersion) {
+    return absl::DataLossError(fmt::format("producer snapshot version {} is not 1", version));
+  }
+  const uint32_t stored_crc = LoadBigEndian32(p + kSnapshotCrcAt);
+  const int32_t count = int32_t(LoadBigEndian32(p + kSnapshotEntriesAt));
+  if (count < 0 || uint64_t(count) * kSnapshotEntrySize != bytes.size() - kSnapshotHeaderSize) {
+    return absl::DataLossError(
+        fmt::format("producer snapshot of {} bytes cannot hold {} entries", bytes.size(), count));
+  }
+  const uint32_t crc =
+      crc32c::Value(bytes.data() + kSnapshotEntriesAt, bytes.size() - kSnapshotEntriesAt);
+  if (crc != stored_crc) {
+    return absl::DataLossError(fmt::format(
+        "producer snapshot CRC {:#x} does not match its bytes ({:#x})", stored_crc, crc));
+  }
+  absl::flat_hash_map<int64_t, ProducerEntry> loaded;
+  loaded.reserve(size_t(count));
+  for (int32_t i = 0; i < count; ++i) {
+    const uint8_t* e = p + kSnapshotHeaderSize + size_t(i) * kSnapshotEntrySize;
+    const int64_t id = int64_t(LoadBigEndian64(e));
+    ProducerEntry entry;
+    entry.epoch = int16_t(LoadBigEndian16(e + 8));
+    const int32_t last_seq = int32_t(LoadBigEndian32(e + 10));
+    const int64_t last_offset = int64_t(LoadBigEndian64(e + 14));
+    const int32_t offset_delta = int32_t(LoadBigEndian32(e + 22));
+    const int64_t timestamp = int64_t(LoadBigEndian64(e + 26));
+    entry.coordinator_epoch = int32_t(LoadBigEndian32(e + 34));
+    entry.txn_first_offset = int64_t(LoadBigEndian64(e + 38));
+    if (entry.txn_first_offset < 0) entry.txn_first_offset = -1;
+    if (last_offset >= 0) {
+      if (offset_delta < 0 || offset_delta > last_offset) {
+        return absl::DataLossError(
+            fmt::format("producer snapshot entry {}: offset delta {} does not fit last offset {}",
+                        i, offset_delta, last_offset));
+      }
+      entry.AddBatch(entry.epoch,
+                     {last_seq < 0 ? kNoSequence : DecrementSequence(last_seq, offset_delta),
+                      last_seq, last_offset - offset_delta, last_offset, timestamp});
+    }
+    entry.last_timestamp = timestamp;
+    if (!loaded.emplace(id, entry).second) {
+      return absl::DataLossError(fmt::format("producer snapshot names producer {} twice", id));
+    }
+  }
+  producers_ = std::move(loaded);
+  dirty_ = false;
+  return absl::OkStatus();
 }
 
 }  // namespace runnel::storaged

@@ -14,6 +14,38 @@
 // so a rejected or failed append leaves it as it was.
 //
 // Threads: none of its own; the log calls it under its append lock.
+//
+// Snapshots, <dir>/<20-digit offset>.snapshot: the state of every producer before that
+// offset, in Kafka's ProducerSnapshot format (version 1), so a Kafka operator's tools read
+// it. All integers big-endian:
+//
+//   offset size field
+//        0    2 version               1
+//        2    4 crc                   CRC32C (unsigned) of bytes [6, end)
+//        6    4 entry count           >= 0
+//       10      entries, 46 bytes each:
+//                 8 producerId
+//                 2 epoch
+//                 4 lastSequence       of the producer's last batch (-1: none)
+//                 8 lastOffset         of that batch (-1: no batch, e.g. only markers)
+//                 4 offsetDelta        lastOffset - that batch's first offset
+//                 8 timestamp          that batch's max timestamp (the last timestamp)
+//                 4 coordinatorEpoch   of its last transaction marker (-1: none)
+//                 8 currentTxnFirstOffset  (-1: no ongoing transaction)
+//
+// As in Kafka, a snapshot keeps only the last batch of each producer: after a start from
+// a snapshot, only a retry of that batch is found a duplicate.
+//
+// When snapshots are written, and what a start reads (the rule, see Log):
+//  - at every segment roll, at the new segment's base offset, even when empty: a replay
+//    after a crash then reads at most the active segment;
+//  - at a clean close, only for logs whose state changed since their last snapshot;
+//  - a CLEAN start takes the latest snapshot as the state (none: no producers) and reads no
+//    segment; an unclean start loads the latest snapshot (or none) and replays the batch
+//    headers after it;
+//  - snapshots above the log end (after a truncation or a torn tail) are deleted, those
+//    below the log start go with their segments; a damaged one is logged, deleted and the
+//    next older one used.
 #pragma once
 
 #include <absl/container/flat_hash_map.h>
@@ -27,6 +59,7 @@
 
 #include "common/protocol/error_code.h"
 #include "common/record/batch.h"
+#include "common/util/status.h"
 
 namespace runnel::storaged {
 
@@ -131,6 +164,12 @@ class ProducerStateManager {
   size_t size() const { return producers_.size(); }
   const absl::flat_hash_map<int64_t, ProducerEntry>& producers() const { return producers_; }
   void Clear() { producers_.clear(); }
+
+  // The snapshot file's bytes for the current state (entries in producer id order).
+  std::string EncodeSnapshot() const;
+  // Replaces the state with a snapshot's; kDataLoss saying why (nothing changes) when the
+  // bytes are short, of another version, carry trailing bytes or fail the CRC.
+  Status LoadSnapshot(std::string_view bytes);
   // Whether the state changed since the last MarkSnapshotted (snapshots are written only
   // then at a clean close).
   bool dirty() const { return dirty_; }

@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <string>
@@ -184,10 +187,64 @@ TEST_F(ProducerStateTest, ACommitMarkerReplayedEndsTheTransaction) {
   EXPECT_EQ(state_.Find(kPid)->last_timestamp, 5000);
 }
 
+TEST_F(ProducerStateTest, ASnapshotRoundTripsTheLastBatchOfEachProducer) {
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(Append(2, i * 2, 2), ErrorCode::kNone);
+  ASSERT_EQ(Append(2, 6, 1, /*transactional=*/true), ErrorCode::kNone);
+  std::string bytes = state_.EncodeSnapshot();
+  EXPECT_EQ(bytes.size(), 10u + 46u);
+  ProducerStateManager loaded;
+  ASSERT_TRUE(loaded.LoadSnapshot(bytes).ok());
+  const ProducerEntry* e = loaded.Find(kPid);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->epoch, 2);
+  EXPECT_EQ(e->count(), 1);  // Kafka's format keeps the last batch only
+  EXPECT_EQ(e->batch(0), (ProducerBatch{6, 6, 6, 6, 1000}));
+  EXPECT_EQ(e->txn_first_offset, 6);
+  EXPECT_EQ(e->last_timestamp, 1000);
+  EXPECT_FALSE(loaded.dirty());
+  // Kafka's bytes: version 1, then the CRC over the rest.
+  EXPECT_EQ(bytes[0], 0);
+  EXPECT_EQ(bytes[1], 1);
+}
+
+TEST_F(ProducerStateTest, ADamagedSnapshotIsRefusedAndChangesNothing) {
+  ASSERT_EQ(Append(0, 0, 2), ErrorCode::kNone);
+  const std::string good = state_.EncodeSnapshot();
+  ProducerStateManager other;
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::string bad = good;
+    bad[i] = char(bad[i] ^ 0x40);
+    EXPECT_FALSE(other.LoadSnapshot(bad).ok()) << "byte " << i;
+  }
+  for (size_t n = 0; n < good.size(); ++n) {
+    EXPECT_FALSE(other.LoadSnapshot(good.substr(0, n)).ok()) << n << " bytes";
+  }
+  EXPECT_FALSE(other.LoadSnapshot(good + "x").ok());
+  EXPECT_EQ(other.size(), 0u);
+  ProducerStateManager empty;
+  ASSERT_TRUE(other.LoadSnapshot(empty.EncodeSnapshot()).ok());
+  EXPECT_EQ(other.size(), 0u);
+}
+
 // Log::Append with producer batches.
 class LogProducerTest : public ::testing::Test {
  protected:
-  std::unique_ptr<Log> Open(LogConfig config = {}) {
+  std::string LogDir() const { return dir_.path() + "/orders-0"; }
+  std::vector<int64_t> Snapshots() const {
+    std::vector<int64_t> out;
+    for (const auto& f : std::filesystem::directory_iterator(LogDir())) {
+      std::string name = f.path().filename().string();
+      if (std::optional<int64_t> o = ParseSegmentFileName(name, kProducerSnapshotSuffix)) {
+        out.push_back(*o);
+      }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  void RemoveSnapshot(int64_t offset) {
+    std::filesystem::remove(SegmentFilePath(LogDir(), offset, kProducerSnapshotSuffix));
+  }
+  std::unique_ptr<Log> Open(LogConfig config = {}, bool clean = true) {
     LogOptions o;
     o.dir = dir_.path() + "/orders-0";
     o.tp = {"orders", 0};
@@ -195,7 +252,7 @@ class LogProducerTest : public ::testing::Test {
     o.files = &files_;
     o.now_ms = [] { return int64_t{1'700'000'000'000}; };
     StatusOr<std::unique_ptr<Log>> log =
-        Log::Open(std::move(o), "AAAAAAAAAAAAAAAAAAAAAA", 0, 0, true, nullptr);
+        Log::Open(std::move(o), "AAAAAAAAAAAAAAAAAAAAAA", 0, 0, clean, nullptr);
     EXPECT_TRUE(log.ok()) << log.status();
     return log.ok() ? std::move(*log) : nullptr;
   }
@@ -316,6 +373,167 @@ TEST_F(LogProducerTest, ADuplicateOnALogAppendTimeTopicAnswersTheStampedTime) {
   EXPECT_EQ(dup.error, ErrorCode::kNone);
   EXPECT_EQ(dup.log_append_time, 1'700'000'000'000);
   EXPECT_EQ(dup.base_offset, 0);
+}
+
+TEST_F(LogProducerTest, ACleanRestartKeepsTheLastBatchAsADuplicate) {
+  {
+    auto log = Open();
+    ASSERT_NE(log, nullptr);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(Append(*log, kPid, 0, i * 2, 2).error, ErrorCode::kNone);
+    ASSERT_TRUE(log->Close().ok());
+  }
+  EXPECT_EQ(Snapshots(), std::vector<int64_t>{6});
+  auto log = Open({}, /*clean=*/true);
+  ASSERT_NE(log, nullptr);
+  AppendResult dup = Append(*log, kPid, 0, 4, 2);
+  EXPECT_EQ(dup.error, ErrorCode::kNone);
+  EXPECT_EQ(dup.base_offset, 4);
+  EXPECT_EQ(dup.last_offset, 5);
+  EXPECT_TRUE(dup.range.path.empty());
+  EXPECT_EQ(log->State().log_end_offset, 6);
+  EXPECT_EQ(Append(*log, kPid, 0, 7, 1).error, ErrorCode::kOutOfOrderSequenceNumber);
+  EXPECT_EQ(Append(*log, kPid, 0, 6, 1).error, ErrorCode::kNone);
+}
+
+TEST_F(LogProducerTest, AnUncleanRestartReplaysTheBatchesAfterTheLatestSnapshot) {
+  LogConfig config;
+  config.segment_bytes = 300;  // a roll every few batches
+  int64_t end = 0;
+  {
+    auto log = Open(config);
+    ASSERT_NE(log, nullptr);
+    for (int i = 0; i < 12; ++i) {
+      ASSERT_EQ(Append(*log, kPid, 0, i * 2, 2).error, ErrorCode::kNone) << i;
+    }
+    end = log->State().log_end_offset;
+    ASSERT_GT(log->State().segments, 2);
+    ASSERT_TRUE(log->Close().ok());
+  }
+  // A crash: no snapshot at close; the ones at each roll are there.
+  std::vector<int64_t> snaps = Snapshots();
+  ASSERT_GE(snaps.size(), 3u);
+  ASSERT_EQ(snaps.back(), end);
+  RemoveSnapshot(end);
+  auto log = Open(config, /*clean=*/false);
+  ASSERT_NE(log, nullptr);
+  // The replay restores the last 5 batches of the active segment and before.
+  std::optional<ProducerEntry> e = log->Producer(kPid);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->last_seq(), 23);
+  AppendResult dup = Append(*log, kPid, 0, 22, 2);
+  EXPECT_EQ(dup.error, ErrorCode::kNone);
+  EXPECT_EQ(dup.base_offset, 22);
+  EXPECT_TRUE(dup.range.path.empty());
+  EXPECT_EQ(log->State().log_end_offset, end);
+}
+
+TEST_F(LogProducerTest, AnUncleanRestartWithoutSnapshotsReplaysFromTheLogStart) {
+  {
+    auto log = Open();
+    ASSERT_NE(log, nullptr);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(Append(*log, kPid, 1, i, 1).error, ErrorCode::kNone);
+    ASSERT_TRUE(log->Close().ok());
+  }
+  for (int64_t o : Snapshots()) RemoveSnapshot(o);
+  auto log = Open({}, /*clean=*/false);
+  ASSERT_NE(log, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    AppendResult dup = Append(*log, kPid, 1, i, 1);
+    EXPECT_EQ(dup.error, ErrorCode::kNone);
+    EXPECT_EQ(dup.base_offset, i);
+  }
+  EXPECT_EQ(log->State().log_end_offset, 3);
+}
+
+TEST_F(LogProducerTest, ADamagedSnapshotIsDeletedAndTheStateReplayed) {
+  {
+    auto log = Open();
+    ASSERT_NE(log, nullptr);
+    for (int i = 0; i < 2; ++i) ASSERT_EQ(Append(*log, kPid, 0, i, 1).error, ErrorCode::kNone);
+    ASSERT_TRUE(log->Close().ok());
+  }
+  ASSERT_EQ(Snapshots(), std::vector<int64_t>{2});
+  {
+    std::ofstream f(SegmentFilePath(LogDir(), 2, kProducerSnapshotSuffix),
+                    std::ios::binary | std::ios::trunc);
+    f << "short";
+  }
+  // Even a clean start replays when its latest snapshot is damaged.
+  auto log = Open({}, /*clean=*/true);
+  ASSERT_NE(log, nullptr);
+  EXPECT_TRUE(Snapshots().empty());
+  AppendResult dup = Append(*log, kPid, 0, 1, 1);
+  EXPECT_EQ(dup.error, ErrorCode::kNone);
+  EXPECT_EQ(dup.base_offset, 1);
+  EXPECT_EQ(log->State().log_end_offset, 2);
+}
+
+TEST_F(LogProducerTest, LogsWithoutProducersWriteNoSnapshotAtClose) {
+  {
+    auto log = Open();
+    ASSERT_NE(log, nullptr);
+    std::vector<uint8_t> plain = testing::MakeBatch(2, 1000);
+    ASSERT_EQ(log->Append(plain, 0).error, ErrorCode::kNone);
+    ASSERT_TRUE(log->Close().ok());
+  }
+  EXPECT_TRUE(Snapshots().empty());
+  {
+    // A clean start with producers but no change since the last snapshot writes none.
+    auto log = Open();
+    ASSERT_NE(log, nullptr);
+    ASSERT_EQ(Append(*log, kPid, 0, 0, 1).error, ErrorCode::kNone);
+    ASSERT_TRUE(log->Close().ok());
+  }
+  EXPECT_EQ(Snapshots(), std::vector<int64_t>{3});
+  {
+    auto log = Open();
+    ASSERT_NE(log, nullptr);
+    std::vector<uint8_t> plain = testing::MakeBatch(2, 1000);
+    ASSERT_EQ(log->Append(plain, 0).error, ErrorCode::kNone);
+    ASSERT_TRUE(log->Close().ok());
+  }
+  EXPECT_EQ(Snapshots(), std::vector<int64_t>{3});
+  auto log = Open();
+  ASSERT_NE(log, nullptr);
+  EXPECT_EQ(Append(*log, kPid, 0, 0, 1).base_offset, 2);  // still a duplicate
+}
+
+TEST_F(LogProducerTest, TruncationRebuildsTheStateAndDropsLaterSnapshots) {
+  LogConfig config;
+  config.segment_bytes = 300;
+  auto log = Open(config);
+  ASSERT_NE(log, nullptr);
+  for (int i = 0; i < 12; ++i) ASSERT_EQ(Append(*log, kPid, 0, i, 1).error, ErrorCode::kNone);
+  ASSERT_GE(Snapshots().size(), 2u);
+  ASSERT_TRUE(log->TruncateTo(5).ok());
+  for (int64_t o : Snapshots()) EXPECT_LE(o, 5);
+  std::optional<ProducerEntry> e = log->Producer(kPid);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->last_seq(), 4);
+  // Sequence 5 was cut: its retry is appended again, at offset 5; 4 is still a duplicate.
+  AppendResult again = Append(*log, kPid, 0, 5, 1);
+  EXPECT_EQ(again.error, ErrorCode::kNone);
+  EXPECT_EQ(again.base_offset, 5);
+  EXPECT_FALSE(again.range.path.empty());
+  AppendResult dup = Append(*log, kPid, 0, 4, 1);
+  EXPECT_EQ(dup.base_offset, 4);
+  EXPECT_TRUE(dup.range.path.empty());
+}
+
+TEST_F(LogProducerTest, RetentionDeletesTheSnapshotsOfTheRemovedSegments) {
+  LogConfig config;
+  config.segment_bytes = 300;
+  auto log = Open(config);
+  ASSERT_NE(log, nullptr);
+  for (int i = 0; i < 12; ++i) ASSERT_EQ(Append(*log, kPid, 0, i, 1).error, ErrorCode::kNone);
+  ErrorCode error = ErrorCode::kNone;
+  ASSERT_TRUE(log->DeleteRecordsBefore(10, &error).ok());
+  std::vector<std::shared_ptr<Segment>> to_unlink;
+  ASSERT_GT(log->DeleteOldSegments(&to_unlink), 0);
+  const int64_t start = log->State().log_start_offset;
+  std::vector<int64_t> snaps = Snapshots();
+  ASSERT_FALSE(snaps.empty());
+  for (int64_t o : snaps) EXPECT_GE(o, start);
 }
 
 }  // namespace
