@@ -164,6 +164,8 @@ Status Log::RemoveLeftovers(LoadReport* report) {
       RUNNEL_RETURN_IF_ERROR(remove(name, "segment already deleted"));
     } else if (EndsWith(name, kSwapSuffix) && SegmentBaseOf(name, kSwapSuffix)) {
       RUNNEL_RETURN_IF_ERROR(remove(name, "index of an unfinished swap"));
+    } else if (ParseSegmentFileName(name, std::string(kProducerSnapshotSuffix) + ".tmp")) {
+      RUNNEL_RETURN_IF_ERROR(remove(name, "unfinished producer snapshot"));
     } else if (std::optional<int64_t> b = SegmentBaseOf(name, "")) {
       if (!log_bases.count(*b)) RUNNEL_RETURN_IF_ERROR(remove(name, "index without a .log"));
     }
@@ -743,6 +745,12 @@ std::optional<ProducerEntry> Log::Producer(int64_t producer_id) const {
   const ProducerEntry* e = producers_.Find(producer_id);
   if (e == nullptr) return std::nullopt;
   return *e;
+}
+
+int Log::RemoveExpiredProducers(int64_t expiration_ms) {
+  MutexLock lock(&append_mu_);
+  if (producers_.size() == 0) return 0;
+  return producers_.RemoveExpired(options_.now_ms(), expiration_ms);
 }
 
 size_t Log::ProducerCount() const {

@@ -240,6 +240,9 @@ class Log {
   // A copy of a producer's state (nullopt when the log knows none), and how many it knows.
   std::optional<ProducerEntry> Producer(int64_t producer_id) const;
   size_t ProducerCount() const;
+  // Forgets producers idle for `expiration_ms` (producer.id.expiration.ms) with no ongoing
+  // transaction; returns how many.
+  int RemoveExpiredProducers(int64_t expiration_ms);
 
   // A copy of the leader epoch entries.
   std::vector<EpochEntry> LeaderEpochs() const;

@@ -41,6 +41,18 @@ const ProducerBatch* ProducerEntry::FindDuplicate(int16_t batch_epoch, int32_t f
   return nullptr;
 }
 
+bool ProducerEntry::operator==(const ProducerEntry& other) const {
+  if (epoch != other.epoch || coordinator_epoch != other.coordinator_epoch ||
+      last_timestamp != other.last_timestamp || txn_first_offset != other.txn_first_offset ||
+      count_ != other.count_) {
+    return false;
+  }
+  for (int i = 0; i < count_; ++i) {
+    if (!(batches_[i] == other.batches_[i])) return false;
+  }
+  return true;
+}
+
 void ProducerEntry::MaybeUpdateEpoch(int16_t new_epoch) {
   if (epoch == new_epoch) return;
   epoch = new_epoch;
@@ -172,6 +184,21 @@ void ProducerStateManager::Commit(AppendPlan&& plan) {
   for (auto& [id, entry] : plan.entries_) producers_[id] = std::move(entry);
   plan.entries_.clear();
   dirty_ = true;
+}
+
+int ProducerStateManager::RemoveExpired(int64_t now_ms, int64_t expiration_ms) {
+  int removed = 0;
+  for (auto it = producers_.begin(); it != producers_.end();) {
+    const ProducerEntry& e = it->second;
+    if (e.txn_first_offset < 0 && now_ms - e.last_timestamp >= expiration_ms) {
+      producers_.erase(it++);
+      ++removed;
+    } else {
+      ++it;
+    }
+  }
+  if (removed > 0) dirty_ = true;
+  return removed;
 }
 
 namespace {

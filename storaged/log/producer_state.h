@@ -120,7 +120,8 @@ class ProducerEntry {
   void AddBatch(int16_t batch_epoch, const ProducerBatch& batch);
   // A new epoch forgets the batches of the old one.
   void MaybeUpdateEpoch(int16_t new_epoch);
-  bool operator==(const ProducerEntry&) const = default;
+  // Equal fields and kept batches.
+  bool operator==(const ProducerEntry& other) const;
 
  private:
   std::array<ProducerBatch, kProducerBatchesToRetain> batches_{};
@@ -164,6 +165,11 @@ class ProducerStateManager {
   size_t size() const { return producers_.size(); }
   const absl::flat_hash_map<int64_t, ProducerEntry>& producers() const { return producers_; }
   void Clear() { producers_.clear(); }
+
+  // Removes the producers with no ongoing transaction whose last batch's timestamp is
+  // `expiration_ms` or more before `now_ms` (Kafka's producer.id.expiration.ms rule, on the
+  // batch timestamps as Kafka does). Returns how many.
+  int RemoveExpired(int64_t now_ms, int64_t expiration_ms);
 
   // The snapshot file's bytes for the current state (entries in producer id order).
   std::string EncodeSnapshot() const;

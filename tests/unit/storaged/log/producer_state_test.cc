@@ -187,6 +187,19 @@ TEST_F(ProducerStateTest, ACommitMarkerReplayedEndsTheTransaction) {
   EXPECT_EQ(state_.Find(kPid)->last_timestamp, 5000);
 }
 
+TEST_F(ProducerStateTest, IdleProducersWithoutATransactionExpire) {
+  ASSERT_EQ(Append(0, 0, 1), ErrorCode::kNone);  // timestamp 1000
+  EXPECT_EQ(state_.RemoveExpired(1999, 1000), 0);
+  state_.MarkSnapshotted();
+  EXPECT_EQ(state_.RemoveExpired(2000, 1000), 1);
+  EXPECT_EQ(state_.size(), 0u);
+  EXPECT_TRUE(state_.dirty());
+  // One in a transaction stays however old.
+  ASSERT_EQ(Append(0, 0, 1, /*transactional=*/true), ErrorCode::kNone);
+  EXPECT_EQ(state_.RemoveExpired(1'000'000'000, 1000), 0);
+  EXPECT_EQ(state_.size(), 1u);
+}
+
 TEST_F(ProducerStateTest, ASnapshotRoundTripsTheLastBatchOfEachProducer) {
   for (int i = 0; i < 3; ++i) ASSERT_EQ(Append(2, i * 2, 2), ErrorCode::kNone);
   ASSERT_EQ(Append(2, 6, 1, /*transactional=*/true), ErrorCode::kNone);
@@ -351,6 +364,19 @@ TEST_F(LogProducerTest, AFailedWriteLeavesTheProducerStateUnchanged) {
   EXPECT_EQ(log->Producer(kPid)->last_seq(), 3);
 }
 
+TEST_F(LogProducerTest, AnExpiredProducerIsForgottenAndItsRetryAppendedAgain) {
+  auto log = Open();
+  ASSERT_NE(log, nullptr);
+  ASSERT_EQ(Append(*log, kPid, 0, 0, 1).error, ErrorCode::kNone);  // timestamp 1000
+  EXPECT_EQ(log->RemoveExpiredProducers(int64_t{1'700'000'000'000} - 999), 0);
+  EXPECT_EQ(log->RemoveExpiredProducers(86400000), 1);
+  EXPECT_FALSE(log->Producer(kPid).has_value());
+  // As in Kafka: an unknown producer; its retry is a new batch.
+  AppendResult again = Append(*log, kPid, 0, 0, 1);
+  EXPECT_EQ(again.error, ErrorCode::kNone);
+  EXPECT_EQ(again.base_offset, 1);
+}
+
 TEST_F(LogProducerTest, PlainBatchesLeaveNoProducerState) {
   auto log = Open();
   ASSERT_NE(log, nullptr);
@@ -458,10 +484,14 @@ TEST_F(LogProducerTest, ADamagedSnapshotIsDeletedAndTheStateReplayed) {
                     std::ios::binary | std::ios::trunc);
     f << "short";
   }
+  // A snapshot cut short by a crash before its rename.
+  const std::string tmp = SegmentFilePath(LogDir(), 2, kProducerSnapshotSuffix) + ".tmp";
+  { std::ofstream(tmp, std::ios::binary) << "cut"; }
   // Even a clean start replays when its latest snapshot is damaged.
   auto log = Open({}, /*clean=*/true);
   ASSERT_NE(log, nullptr);
   EXPECT_TRUE(Snapshots().empty());
+  EXPECT_FALSE(std::filesystem::exists(tmp));
   AppendResult dup = Append(*log, kPid, 0, 1, 1);
   EXPECT_EQ(dup.error, ErrorCode::kNone);
   EXPECT_EQ(dup.base_offset, 1);
