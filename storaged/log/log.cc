@@ -1041,6 +1041,7 @@ Status Log::TruncateTo(int64_t offset) {
     // below it and the batches after them.
     std::vector<std::string> notes;
     RUNNEL_RETURN_IF_ERROR(LoadProducerStateLocked(/*snapshot_is_state=*/false, &notes));
+    for (const std::string& note : notes) kLog()->info("[{}] {}", tp().ToString(), note);
     DeleteProducerSnapshotsBelowLocked(log_start_offset_.load());
   }
   Notify();

@@ -6,6 +6,7 @@
 
 #include "common/record/batch.h"
 #include "storaged/log/producer_state.h"
+#include "tests/fuzz/write_seeds.h"
 
 namespace {
 
@@ -45,14 +46,5 @@ int main(int argc, char** argv) {
   std::string cut = seeds.back();
   cut.resize(cut.size() - 7);
   seeds.push_back(cut);
-  for (size_t i = 0; i < seeds.size(); ++i) {
-    std::string path = std::string(argv[1]) + "/seed-" + std::to_string(i);
-    FILE* f = std::fopen(path.c_str(), "wb");
-    if (f == nullptr || std::fwrite(seeds[i].data(), 1, seeds[i].size(), f) != seeds[i].size()) {
-      std::perror(path.c_str());
-      return 1;
-    }
-    std::fclose(f);
-  }
-  return 0;
+  return runnel::fuzz::WriteSeeds(argv[1], seeds);
 }
