@@ -181,7 +181,7 @@ void ProducerStateManager::ReplayBatch(const ProducerBatchHeader& batch,
 
 void ProducerStateManager::Commit(AppendPlan&& plan) {
   if (plan.entries_.empty()) return;
-  for (auto& [id, entry] : plan.entries_) producers_[id] = std::move(entry);
+  for (const auto& [id, entry] : plan.entries_) producers_[id] = entry;
   plan.entries_.clear();
   dirty_ = true;
 }
