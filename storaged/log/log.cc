@@ -340,6 +340,8 @@ Status Log::LoadProducerStateLocked(bool snapshot_is_state, std::vector<std::str
                                 : producers_.LoadSnapshot(**bytes);
     if (loaded.ok()) {
       from = std::max(from, offset);
+      // As Kafka, a snapshot's producers that expired meanwhile are not loaded.
+      producers_.RemoveExpired(options_.now_ms(), options_.producer_id_expiration_ms);
       break;
     }
     drop(offset, std::string(loaded.message()));
@@ -747,10 +749,10 @@ std::optional<ProducerEntry> Log::Producer(int64_t producer_id) const {
   return *e;
 }
 
-int Log::RemoveExpiredProducers(int64_t expiration_ms) {
+int Log::RemoveExpiredProducers() {
   MutexLock lock(&append_mu_);
   if (producers_.size() == 0) return 0;
-  return producers_.RemoveExpired(options_.now_ms(), expiration_ms);
+  return producers_.RemoveExpired(options_.now_ms(), options_.producer_id_expiration_ms);
 }
 
 size_t Log::ProducerCount() const {

@@ -102,7 +102,8 @@ struct LogOptions {
   TopicPartition tp;
   LogConfig config;
   FileCache* files = nullptr;
-  std::function<int64_t()> now_ms;  // wall clock, ms since the epoch
+  std::function<int64_t()> now_ms;               // wall clock, ms since the epoch
+  int64_t producer_id_expiration_ms = 86400000;  // producer.id.expiration.ms
   // Called after the log's end or start offset changes, with the offsets (size_bytes and
   // segments are left 0: State() has them). Must not block.
   std::function<void(const TopicPartition&, const LogState&)> on_change;
@@ -240,9 +241,9 @@ class Log {
   // A copy of a producer's state (nullopt when the log knows none), and how many it knows.
   std::optional<ProducerEntry> Producer(int64_t producer_id) const;
   size_t ProducerCount() const;
-  // Forgets producers idle for `expiration_ms` (producer.id.expiration.ms) with no ongoing
-  // transaction; returns how many.
-  int RemoveExpiredProducers(int64_t expiration_ms);
+  // Forgets producers idle for producer.id.expiration.ms with no ongoing transaction;
+  // returns how many. A snapshot's expired producers are dropped as it loads, too.
+  int RemoveExpiredProducers();
 
   // A copy of the leader epoch entries.
   std::vector<EpochEntry> LeaderEpochs() const;

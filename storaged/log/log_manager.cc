@@ -56,6 +56,7 @@ LogOptions LogManager::MakeLogOptions(const std::string& dir, const TopicPartiti
   o.config = config;
   o.files = &files_;
   o.now_ms = options_.now_ms;
+  o.producer_id_expiration_ms = options_.producer_id_expiration_ms;
   o.on_change = [this](const TopicPartition& t, const LogState& s) { OnChange(t, s); };
   o.on_roll = [this](const TopicPartition& t, int64_t offset) { OnRoll(t, offset); };
   o.on_offline = [this](const TopicPartition& t, const std::string&) { OnOffline(t); };
@@ -603,7 +604,7 @@ void LogManager::BackgroundLoop() {
 int LogManager::RemoveExpiredProducers() {
   int removed = 0;
   for (const std::shared_ptr<Log>& log : AllLogs()) {
-    removed += log->RemoveExpiredProducers(options_.producer_id_expiration_ms);
+    removed += log->RemoveExpiredProducers();
   }
   if (removed > 0) kLog()->info("removed {} expired producer id(s)", removed);
   return removed;

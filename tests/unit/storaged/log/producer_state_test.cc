@@ -263,17 +263,21 @@ class LogProducerTest : public ::testing::Test {
     o.tp = {"orders", 0};
     o.config = config;
     o.files = &files_;
-    o.now_ms = [] { return int64_t{1'700'000'000'000}; };
+    o.now_ms = [] { return kNow; };
+    o.producer_id_expiration_ms = 86400000;
     StatusOr<std::unique_ptr<Log>> log =
         Log::Open(std::move(o), "AAAAAAAAAAAAAAAAAAAAAA", 0, 0, clean, nullptr);
     EXPECT_TRUE(log.ok()) << log.status();
     return log.ok() ? std::move(*log) : nullptr;
   }
+  // Batches carry timestamp `ts_` (the clock's time unless a test ages them).
   AppendResult Append(Log& log, int64_t pid, int16_t epoch, int32_t seq, int count) {
-    std::vector<uint8_t> bytes = ProducerBatchBytes(pid, epoch, seq, count);
+    std::vector<uint8_t> bytes = ProducerBatchBytes(pid, epoch, seq, count, false, ts_);
     return log.Append(bytes, 0);
   }
 
+  static constexpr int64_t kNow = 1'700'000'000'000;
+  int64_t ts_ = kNow;
   TempDir dir_{"pstate"};
   FileCache files_{16};
 };
@@ -367,21 +371,40 @@ TEST_F(LogProducerTest, AFailedWriteLeavesTheProducerStateUnchanged) {
 TEST_F(LogProducerTest, AnExpiredProducerIsForgottenAndItsRetryAppendedAgain) {
   auto log = Open();
   ASSERT_NE(log, nullptr);
-  ASSERT_EQ(Append(*log, kPid, 0, 0, 1).error, ErrorCode::kNone);  // timestamp 1000
-  EXPECT_EQ(log->RemoveExpiredProducers(int64_t{1'700'000'000'000} - 999), 0);
-  EXPECT_EQ(log->RemoveExpiredProducers(86400000), 1);
+  ts_ = kNow - 86400000 + 1;
+  ASSERT_EQ(Append(*log, kPid, 0, 0, 1).error, ErrorCode::kNone);
+  EXPECT_EQ(log->RemoveExpiredProducers(), 0);
+  ts_ = kNow - 86400000;
+  ASSERT_EQ(Append(*log, kPid, 0, 1, 1).error, ErrorCode::kNone);
+  EXPECT_EQ(log->RemoveExpiredProducers(), 1);
   EXPECT_FALSE(log->Producer(kPid).has_value());
   // As in Kafka: an unknown producer; its retry is a new batch.
-  AppendResult again = Append(*log, kPid, 0, 0, 1);
+  AppendResult again = Append(*log, kPid, 0, 1, 1);
   EXPECT_EQ(again.error, ErrorCode::kNone);
-  EXPECT_EQ(again.base_offset, 1);
+  EXPECT_EQ(again.base_offset, 2);
+}
+
+TEST_F(LogProducerTest, ASnapshotsExpiredProducersAreNotLoaded) {
+  {
+    auto log = Open();
+    ASSERT_NE(log, nullptr);
+    ts_ = kNow - 86400000;
+    ASSERT_EQ(Append(*log, kPid, 0, 0, 1).error, ErrorCode::kNone);
+    ts_ = kNow;
+    ASSERT_EQ(Append(*log, kPid + 1, 0, 0, 1).error, ErrorCode::kNone);
+    ASSERT_TRUE(log->Close().ok());
+  }
+  auto log = Open();
+  ASSERT_NE(log, nullptr);
+  EXPECT_FALSE(log->Producer(kPid).has_value());
+  EXPECT_TRUE(log->Producer(kPid + 1).has_value());
 }
 
 TEST_F(LogProducerTest, PlainBatchesLeaveNoProducerState) {
   auto log = Open();
   ASSERT_NE(log, nullptr);
   for (int i = 0; i < 3; ++i) {
-    std::vector<uint8_t> plain = testing::MakeBatch(2, 1000);
+    std::vector<uint8_t> plain = testing::MakeBatch(2, kNow);
     ASSERT_EQ(log->Append(plain, 0).error, ErrorCode::kNone);
   }
   EXPECT_EQ(log->ProducerCount(), 0u);
@@ -502,7 +525,7 @@ TEST_F(LogProducerTest, LogsWithoutProducersWriteNoSnapshotAtClose) {
   {
     auto log = Open();
     ASSERT_NE(log, nullptr);
-    std::vector<uint8_t> plain = testing::MakeBatch(2, 1000);
+    std::vector<uint8_t> plain = testing::MakeBatch(2, kNow);
     ASSERT_EQ(log->Append(plain, 0).error, ErrorCode::kNone);
     ASSERT_TRUE(log->Close().ok());
   }
@@ -518,7 +541,7 @@ TEST_F(LogProducerTest, LogsWithoutProducersWriteNoSnapshotAtClose) {
   {
     auto log = Open();
     ASSERT_NE(log, nullptr);
-    std::vector<uint8_t> plain = testing::MakeBatch(2, 1000);
+    std::vector<uint8_t> plain = testing::MakeBatch(2, kNow);
     ASSERT_EQ(log->Append(plain, 0).error, ErrorCode::kNone);
     ASSERT_TRUE(log->Close().ok());
   }
@@ -556,14 +579,24 @@ TEST_F(LogProducerTest, RetentionDeletesTheSnapshotsOfTheRemovedSegments) {
   auto log = Open(config);
   ASSERT_NE(log, nullptr);
   for (int i = 0; i < 12; ++i) ASSERT_EQ(Append(*log, kPid, 0, i, 1).error, ErrorCode::kNone);
+  std::vector<std::shared_ptr<Segment>> segments = log->Segments();
+  ASSERT_GE(segments.size(), 3u);
+  const int64_t keep_from = segments.back()->base_offset();
+  const std::vector<int64_t> before = Snapshots();
   ErrorCode error = ErrorCode::kNone;
-  ASSERT_TRUE(log->DeleteRecordsBefore(10, &error).ok());
+  ASSERT_TRUE(log->DeleteRecordsBefore(keep_from, &error).ok());
   std::vector<std::shared_ptr<Segment>> to_unlink;
   ASSERT_GT(log->DeleteOldSegments(&to_unlink), 0);
-  const int64_t start = log->State().log_start_offset;
-  std::vector<int64_t> snaps = Snapshots();
-  ASSERT_FALSE(snaps.empty());
-  for (int64_t o : snaps) EXPECT_GE(o, start);
+  ASSERT_EQ(log->State().log_start_offset, keep_from);
+  std::vector<int64_t> after = Snapshots();
+  // Those of the removed segments are gone; the kept segments' stay.
+  std::vector<int64_t> want;
+  for (int64_t o : before) {
+    if (o >= keep_from) want.push_back(o);
+  }
+  EXPECT_EQ(after, want);
+  EXPECT_LT(after.size(), before.size());
+  EXPECT_EQ(after.front(), keep_from);
 }
 
 }  // namespace
