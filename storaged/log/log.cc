@@ -584,7 +584,8 @@ AppendResult Log::Append(std::span<uint8_t> records, int32_t leader_epoch) {
     MutexLock lock(&append_mu_);
     result = AppendLocked(cfg, records, *batches, leader_epoch, &needs_flush);
   }
-  if (result.error != ErrorCode::kNone) return result;
+  // A duplicate (nothing written, an empty range) changes nothing to notify or flush.
+  if (result.error != ErrorCode::kNone || result.range.length == 0) return result;
   Notify();
   if (needs_flush) {
     // A failure takes the log offline (FlushUpTo): this append is not acknowledged.

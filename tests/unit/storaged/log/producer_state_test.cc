@@ -265,6 +265,7 @@ class LogProducerTest : public ::testing::Test {
     o.files = &files_;
     o.now_ms = [] { return kNow; };
     o.producer_id_expiration_ms = 86400000;
+    o.on_change = [this](const TopicPartition&, const LogState&) { ++changes_; };
     StatusOr<std::unique_ptr<Log>> log =
         Log::Open(std::move(o), "AAAAAAAAAAAAAAAAAAAAAA", 0, 0, clean, nullptr);
     EXPECT_TRUE(log.ok()) << log.status();
@@ -278,6 +279,7 @@ class LogProducerTest : public ::testing::Test {
 
   static constexpr int64_t kNow = 1'700'000'000'000;
   int64_t ts_ = kNow;
+  int changes_ = 0;  // on_change calls
   TempDir dir_{"pstate"};
   FileCache files_{16};
 };
@@ -294,8 +296,10 @@ TEST_F(LogProducerTest, ARetriedBatchIsAnsweredWithItsOriginalOffsetsAndNotAppen
   const int64_t end = log->State().log_end_offset;
   ASSERT_EQ(end, 7);
 
+  const int changes = changes_;
   AppendResult dup = Append(*log, kPid, 0, 0, 2);
   EXPECT_EQ(dup.error, ErrorCode::kNone) << dup.error_message;
+  EXPECT_EQ(changes_, changes);  // nothing for brokerd's watch to learn
   EXPECT_EQ(dup.base_offset, 3);
   EXPECT_EQ(dup.last_offset, 4);
   EXPECT_TRUE(dup.range.path.empty());  // brokerd's AppendTail ignores it
