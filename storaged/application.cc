@@ -46,6 +46,9 @@ LogManagerOptions LogManagerOptionsFromConfig(const config::Config& config,
   o.cleaner_enable = config.GetBool("log.cleaner.enable");
   o.cleaner_backoff_ms = config.GetLong("log.cleaner.backoff.ms");
   o.max_open_files = static_cast<size_t>(config.GetInt("runnel.storage.max.open.files"));
+  o.producer_id_expiration_ms = config.GetInt("producer.id.expiration.ms");
+  o.producer_id_expiration_check_interval_ms =
+      config.GetInt("producer.id.expiration.check.interval.ms");
   return o;
 }
 

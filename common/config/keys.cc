@@ -164,6 +164,11 @@ std::vector<KeyDef> Declare() {
        "How often logs are checked for segments to delete by retention."},
       {"num.recovery.threads.per.data.dir", KeyType::kInt, "1", 1, INT32_MAX,
        "Threads per log directory that load (and recover) partitions at startup."},
+      {"producer.id.expiration.ms", KeyType::kInt, "86400000", 1, INT32_MAX,
+       "A producer id's state is removed from a partition this long after its last batch's "
+       "timestamp, unless it has an ongoing transaction."},
+      {"producer.id.expiration.check.interval.ms", KeyType::kInt, "600000", 1, INT32_MAX,
+       "How often partitions are checked for expired producer ids."},
       {"runnel.storage.max.open.files", KeyType::kInt, "1024", 1, INT32_MAX,
        "Segment files storaged keeps open at once; the least recently used are closed."},
       {"metadata.log.dir", KeyType::kPath, "./data/metadata", 0, 0,

@@ -21,30 +21,6 @@ namespace {
 
 constexpr std::string_view kCheckpointVersion = "0";
 
-// The whole file; nullopt when it does not exist.
-StatusOr<std::optional<std::string>> ReadWholeFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return std::optional<std::string>();
-    return absl::InternalError(fmt::format("open {}: {}", path, std::strerror(errno)));
-  }
-  std::string out;
-  char buf[4096];
-  while (true) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      Status s = absl::InternalError(fmt::format("read {}: {}", path, std::strerror(errno)));
-      ::close(fd);
-      return s;
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return std::optional<std::string>(std::move(out));
-}
-
 // Lines of `text`; the newline ending the last line is optional.
 std::vector<std::string_view> SplitLines(std::string_view text) {
   std::vector<std::string_view> lines;
@@ -124,6 +100,29 @@ bool EpochEntryFollows(const EpochEntry& prev, const EpochEntry& next) {
 }
 
 }  // namespace
+
+StatusOr<std::optional<std::string>> ReadWholeFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::optional<std::string>();
+    return absl::InternalError(fmt::format("open {}: {}", path, std::strerror(errno)));
+  }
+  std::string out;
+  char buf[4096];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      Status s = absl::InternalError(fmt::format("read {}: {}", path, std::strerror(errno)));
+      ::close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return std::optional<std::string>(std::move(out));
+}
 
 // ---------------------------------------------------------------- OffsetCheckpointFile
 

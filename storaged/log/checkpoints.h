@@ -30,6 +30,9 @@
 
 namespace runnel::storaged {
 
+// The whole file; nullopt when it does not exist.
+StatusOr<std::optional<std::string>> ReadWholeFile(const std::string& path);
+
 // A per-log-dir "topic partition offset" file.
 class OffsetCheckpointFile {
  public:

@@ -29,6 +29,8 @@ inline constexpr std::string_view kTimeIndexSuffix = ".timeindex";
 inline constexpr std::string_view kDeletedSuffix = ".deleted";
 inline constexpr std::string_view kCleanedSuffix = ".cleaned";
 inline constexpr std::string_view kSwapSuffix = ".swap";
+// A producer state snapshot: <20-digit offset>.snapshot, the state before that offset.
+inline constexpr std::string_view kProducerSnapshotSuffix = ".snapshot";
 inline constexpr std::string_view kLeaderEpochCheckpoint = "leader-epoch-checkpoint";
 inline constexpr std::string_view kPartitionMetadata = "partition.metadata";
 inline constexpr std::string_view kRecoveryPointCheckpoint = "recovery-point-offset-checkpoint";

@@ -33,6 +33,7 @@
 #include "storaged/log/file_cache.h"
 #include "storaged/log/file_names.h"
 #include "storaged/log/log_config.h"
+#include "storaged/log/producer_state.h"
 #include "storaged/log/segment.h"
 
 namespace runnel::storaged {
@@ -101,7 +102,8 @@ struct LogOptions {
   TopicPartition tp;
   LogConfig config;
   FileCache* files = nullptr;
-  std::function<int64_t()> now_ms;  // wall clock, ms since the epoch
+  std::function<int64_t()> now_ms;               // wall clock, ms since the epoch
+  int64_t producer_id_expiration_ms = 86400000;  // producer.id.expiration.ms
   // Called after the log's end or start offset changes, with the offsets (size_bytes and
   // segments are left 0: State() has them). Must not block.
   std::function<void(const TopicPartition&, const LogState&)> on_change;
@@ -154,6 +156,13 @@ class Log {
   // request), then assigns offsets in place, stamps `leader_epoch` and LogAppendTime when
   // configured, appends them all and flushes when the policy requires. Either every batch
   // is appended or none.
+  //
+  // Batches with a producer id are checked against the producer state (producer_state.h):
+  // a rejected one fails the whole append (INVALID_PRODUCER_EPOCH,
+  // OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_TXN_STATE, with its batch_index). A retry of one
+  // of the producer's last 5 batches is a duplicate: as in Kafka, nothing of the append is
+  // written and the answer is success with that earlier batch's base and last offset (and
+  // its max timestamp as log_append_time, as Kafka answers), with an empty range.
   //
   // I/O errors: a failed write (a full disk, EIO) fails this append with
   // KAFKA_STORAGE_ERROR, retriable: what was partly written is cut back, the log end offset
@@ -229,6 +238,13 @@ class Log {
   int64_t first_dirty_offset() const { return first_dirty_offset_.load(); }
   void set_first_dirty_offset(int64_t offset) { first_dirty_offset_.store(offset); }
 
+  // A copy of a producer's state (nullopt when the log knows none), and how many it knows.
+  std::optional<ProducerEntry> Producer(int64_t producer_id) const;
+  size_t ProducerCount() const;
+  // Forgets producers idle for producer.id.expiration.ms with no ongoing transaction;
+  // returns how many. A snapshot's expired producers are dropped as it loads, too.
+  int RemoveExpiredProducers();
+
   // A copy of the leader epoch entries.
   std::vector<EpochEntry> LeaderEpochs() const;
   // OffsetsForLeaderEpoch: (the largest known epoch <= `epoch`, where it ends), by the
@@ -272,6 +288,23 @@ class Log {
   AppendResult AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
                             const std::vector<record::BatchView>& batches, int32_t leader_epoch,
                             bool* needs_flush) ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
+  // Checks the producers' batches of a client append (offsets already assigned) into
+  // `plan`; an error, or a duplicate's answer, in `*answer`. False when the append must not
+  // be written.
+  bool CheckProducersLocked(const std::vector<record::BatchView>& batches,
+                            ProducerStateManager::AppendPlan* plan, AppendResult* answer) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
+  // The producer state at load or after a truncation: snapshots above the log end are
+  // deleted, then the latest good one is loaded (a damaged one is noted in `notes`, deleted,
+  // and the next older one tried); unless `snapshot_is_state` (a clean start), the batch
+  // headers after it (or after the log start) are replayed.
+  Status LoadProducerStateLocked(bool snapshot_is_state, std::vector<std::string>* notes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
+  // Writes <offset>.snapshot of the current state (temp + rename; fsynced when `sync`).
+  Status WriteProducerSnapshotLocked(int64_t offset, bool sync)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
+  // Deletes the snapshots below `offset` (their segments are gone).
+  void DeleteProducerSnapshotsBelowLocked(int64_t offset) ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
   int32_t EpochForOffset(int64_t offset) const;
   OffsetLookup LookupMaxTimestamp() const;
   OffsetLookup LookupTimestamp(int64_t timestamp) const;
@@ -314,6 +347,9 @@ class Log {
   mutable Mutex epochs_mu_;
   std::optional<LeaderEpochCache> epochs_ ABSL_GUARDED_BY(epochs_mu_);
   bool closed_ ABSL_GUARDED_BY(append_mu_) = false;
+  ProducerStateManager producers_ ABSL_GUARDED_BY(append_mu_);
+  // The offsets of the producer snapshot files in the directory.
+  std::set<int64_t> producer_snapshots_ ABSL_GUARDED_BY(append_mu_);
   std::set<int64_t> swapped_bases_;  // segments whose swap was finished at load
 };
 

@@ -56,6 +56,7 @@ LogOptions LogManager::MakeLogOptions(const std::string& dir, const TopicPartiti
   o.config = config;
   o.files = &files_;
   o.now_ms = options_.now_ms;
+  o.producer_id_expiration_ms = options_.producer_id_expiration_ms;
   o.on_change = [this](const TopicPartition& t, const LogState& s) { OnChange(t, s); };
   o.on_roll = [this](const TopicPartition& t, int64_t offset) { OnRoll(t, offset); };
   o.on_offline = [this](const TopicPartition& t, const std::string&) { OnOffline(t); };
@@ -545,13 +546,16 @@ void LogManager::BackgroundLoop() {
       options_.now_ms() + std::min<int64_t>(options_.retention_check_interval_ms, 30000);
   int64_t next_flush = options_.now_ms() + options_.flush_check_interval_ms;
   int64_t next_checkpoint = options_.now_ms() + options_.checkpoint_interval_ms;
+  int64_t next_producer_expiration =
+      options_.now_ms() + options_.producer_id_expiration_check_interval_ms;
   for (;;) {
     std::vector<std::pair<TopicPartition, int64_t>> rolls;
     std::vector<std::weak_ptr<Log>> unsynced;
     {
       MutexLock lock(&work_mu_);
       int64_t now = options_.now_ms();
-      int64_t wake = std::min({next_retention, next_flush, next_checkpoint});
+      int64_t wake =
+          std::min({next_retention, next_flush, next_checkpoint, next_producer_expiration});
       if (roll_flushes_.empty() && deleted_dirs_.empty() && failed_logs_.empty() && !stopping_ &&
           wake > now) {
         work_cv_.WaitFor(&work_mu_, std::chrono::milliseconds(std::min<int64_t>(wake - now, 1000)));
@@ -584,6 +588,10 @@ void LogManager::BackgroundLoop() {
       RunRetention();
       next_retention = now + options_.retention_check_interval_ms;
     }
+    if (now >= next_producer_expiration) {
+      RemoveExpiredProducers();
+      next_producer_expiration = now + options_.producer_id_expiration_check_interval_ms;
+    }
     UnlinkDue(false);
     if (now >= next_checkpoint) {
       Status s = WriteCheckpoints();
@@ -591,6 +599,15 @@ void LogManager::BackgroundLoop() {
       next_checkpoint = now + options_.checkpoint_interval_ms;
     }
   }
+}
+
+int LogManager::RemoveExpiredProducers() {
+  int removed = 0;
+  for (const std::shared_ptr<Log>& log : AllLogs()) {
+    removed += log->RemoveExpiredProducers();
+  }
+  if (removed > 0) kLog()->info("removed {} expired producer id(s)", removed);
+  return removed;
 }
 
 void LogManager::SyncNewLogs(const std::vector<std::weak_ptr<Log>>& logs) {

@@ -34,7 +34,9 @@ struct LogManagerOptions {
   bool cleaner_enable = true;                    // log.cleaner.enable
   int64_t cleaner_backoff_ms = 15000;            // log.cleaner.backoff.ms
   size_t max_open_files = 1024;                  // runnel.storage.max.open.files
-  std::function<int64_t()> now_ms;               // defaults to the system clock
+  int64_t producer_id_expiration_ms = 86400000;  // producer.id.expiration.ms
+  int64_t producer_id_expiration_check_interval_ms = 600000;  // producer.id.expiration.check...
+  std::function<int64_t()> now_ms;                            // defaults to the system clock
 };
 
 class LogManager {
@@ -71,6 +73,8 @@ class LogManager {
   // One pass of each periodic task, for tests and the background thread.
   void RunRetention();
   void RunTimedFlush();
+  // Forgets producers idle longer than producer.id.expiration.ms in every log; how many.
+  int RemoveExpiredProducers();
   Status WriteCheckpoints();
   // Takes the logs an I/O error took offline (a failed fsync, see Log::Append) out of
   // service: they join OfflineLogs until storaged restarts (CreateLog refuses them), keep

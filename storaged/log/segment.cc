@@ -21,7 +21,11 @@ constexpr size_t kLengthAt = 8;
 constexpr size_t kMagicAt = 16;
 constexpr size_t kLeaderEpochAt = 12;
 constexpr size_t kLastOffsetDeltaAt = 23;
+constexpr size_t kAttributesAt = 21;
 constexpr size_t kMaxTimestampAt = 35;
+constexpr size_t kProducerIdAt = 43;
+constexpr size_t kProducerEpochAt = 51;
+constexpr size_t kBaseSequenceAt = 53;
 constexpr int32_t kMinBatchLength = int32_t(record::kBatchHeaderSize - record::kLogOverhead);
 constexpr size_t kFirstScanChunk = 1 << 10;
 constexpr size_t kScanChunk = 64 << 10;
@@ -65,6 +69,10 @@ std::string ParseHeader(const uint8_t* p, int64_t position, int64_t end, BatchLo
   loc->size = int32_t(size);
   loc->max_timestamp = Be64(p + kMaxTimestampAt);
   loc->partition_leader_epoch = Be32(p + kLeaderEpochAt);
+  loc->attributes = static_cast<int16_t>(LoadBigEndian16(p + kAttributesAt));
+  loc->producer_id = Be64(p + kProducerIdAt);
+  loc->producer_epoch = static_cast<int16_t>(LoadBigEndian16(p + kProducerEpochAt));
+  loc->base_sequence = Be32(p + kBaseSequenceAt);
   return "";
 }
 

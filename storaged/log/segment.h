@@ -32,6 +32,11 @@ struct BatchLocation {
   int32_t size = 0;
   int64_t max_timestamp = -1;
   int32_t partition_leader_epoch = -1;
+  // What the producer state needs of the header (a replay reads nothing else).
+  int16_t attributes = 0;
+  int64_t producer_id = -1;
+  int16_t producer_epoch = -1;
+  int32_t base_sequence = -1;
 };
 
 // What a recovery scan of a segment found.

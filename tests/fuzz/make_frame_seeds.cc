@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/util/frames.h"
+#include "tests/fuzz/write_seeds.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -24,14 +25,5 @@ int main(int argc, char** argv) {
   cut.resize(cut.size() - 4);
   seeds.push_back(cut);
   seeds.push_back(frames({"ok", std::string(5000, 'x')}, 7));
-  for (size_t i = 0; i < seeds.size(); ++i) {
-    std::string path = std::string(argv[1]) + "/seed-" + std::to_string(i);
-    FILE* f = std::fopen(path.c_str(), "wb");
-    if (f == nullptr || std::fwrite(seeds[i].data(), 1, seeds[i].size(), f) != seeds[i].size()) {
-      std::perror(path.c_str());
-      return 1;
-    }
-    std::fclose(f);
-  }
-  return 0;
+  return runnel::fuzz::WriteSeeds(argv[1], seeds);
 }

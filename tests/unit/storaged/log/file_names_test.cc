@@ -46,6 +46,8 @@ TEST(FileNamesTest, ParseSegmentFileName) {
       {"00000000000000000042.log", kLogSuffix, 42},
       {"00000000000000000042.index", kIndexSuffix, 42},
       {"00000000000000000042.timeindex", kTimeIndexSuffix, 42},
+      {"00000000000000000042.snapshot", kProducerSnapshotSuffix, 42},
+      {"00000000000000000042.snapshot.tmp", kProducerSnapshotSuffix, std::nullopt},
       {"09223372036854775807.log", kLogSuffix, INT64_MAX},
       {"00000000000000000042.log.deleted", deleted_log, 42},
       {"00000000000000000042.log.cleaned", ".log.cleaned", 42},

@@ -75,6 +75,39 @@ TEST_F(LogManagerTest, SpreadsLogsOverDirsAndReloadsThemAfterACleanStop) {
   EXPECT_TRUE(m->CreateLog({"t", 2}, kTopicId, {}).ok());
 }
 
+TEST_F(LogManagerTest, AShutdownSnapshotsOnlyLogsWhoseProducersChanged) {
+  record::BatchBuilder::Options o;
+  o.producer_id = 77;
+  o.producer_epoch = 0;
+  o.base_sequence = 0;
+  record::BatchBuilder builder(o);
+  builder.Add(now_, testing::Span("k"), testing::Span("v"));
+  StatusOr<std::vector<uint8_t>> idempotent = builder.Build();
+  ASSERT_TRUE(idempotent.ok());
+  {
+    auto m = Open();
+    Append(**m->CreateLog({"plain", 0}, kTopicId, {}), 2);
+    std::vector<uint8_t> bytes = *idempotent;
+    ASSERT_EQ((*m->CreateLog({"idem", 0}, "AAAAAAAAAAAAAAAAAAAAAg", {}))->Append(bytes, 0).error,
+              protocol::ErrorCode::kNone);
+    ASSERT_TRUE(m->Shutdown().ok());
+  }
+  EXPECT_EQ(CountSuffix(a_.path(), ".snapshot") + CountSuffix(b_.path(), ".snapshot"), 1);
+  auto m = Open();
+  std::shared_ptr<Log> log = m->GetLog({"idem", 0});
+  ASSERT_NE(log, nullptr);
+  std::vector<uint8_t> retry = *idempotent;
+  AppendResult dup = log->Append(retry, 0);
+  EXPECT_EQ(dup.error, protocol::ErrorCode::kNone);
+  EXPECT_EQ(dup.base_offset, 0);
+  EXPECT_EQ(log->State().log_end_offset, 1);
+  // producer.id.expiration.ms (a day by default) after its last batch, it is forgotten.
+  EXPECT_EQ(m->RemoveExpiredProducers(), 0);
+  now_ += 86400000;
+  EXPECT_EQ(m->RemoveExpiredProducers(), 1);
+  EXPECT_EQ(log->ProducerCount(), 0u);
+}
+
 TEST_F(LogManagerTest, UncleanStopRecoversFromTheCheckpoints) {
   {
     auto m = Open();
