@@ -11,6 +11,7 @@ gives the records read back, both as plain Python values, so a test checks every
 with the same code. Only processes started here are stopped, by their handle; every wait
 is bounded.
 """
+import array
 import fcntl
 import hashlib
 import json
@@ -523,3 +524,19 @@ class KafkaJS(Client):
 
 def all_clients():
     return [RdkafkaProgram("c"), RdkafkaProgram("cpp"), ConfluentKafka(), KafkaPython(), Kcat()]
+
+
+# ---- rdkafka_client seq-produce / seq-consume ---------------------------------------------
+
+def seq_summary(line):
+    """{"acked": 5, ...} of a "done acked=5 ..." line."""
+    return {k: int(v) if v.isdigit() else v for k, v in
+            (f.split("=", 1) for f in line.split() if "=" in f)}
+
+
+def read_seqs(path):
+    """The sequence numbers (uint64, little endian) seq-produce or seq-consume wrote."""
+    seqs = array.array("Q")
+    with open(path, "rb") as f:
+        seqs.frombytes(f.read())
+    return seqs

@@ -9,7 +9,6 @@ Each record's value starts with its sequence number; seq-consume checks every va
 bytes against its number. RUNNEL_DURABILITY_RECORDS overrides the big run's size; on the
 mock it is smaller, as the mock keeps at most 5 MiB or 100,000 batches a partition.
 """
-import array
 import os
 import shutil
 import subprocess
@@ -19,7 +18,7 @@ import time
 import unittest
 
 from harness import BIN_DIR
-from kafka_clients import IS_MOCK, skip_on_mock, start_target
+from kafka_clients import IS_MOCK, read_seqs, seq_summary, skip_on_mock, start_target
 
 BIG_RUN = int(os.environ.get("RUNNEL_DURABILITY_RECORDS", "300000" if IS_MOCK else "1000000"))
 RESTART_RUN = 150000
@@ -35,19 +34,6 @@ PRODUCER = {
     "linger.ms": "5",
     "reconnect.backoff.max.ms": "500",
 }
-
-
-def summary(line):
-    """{"acked": 5, ...} of a "done acked=5 ..." line."""
-    return {k: int(v) if v.isdigit() else v for k, v in
-            (f.split("=", 1) for f in line.split() if "=" in f)}
-
-
-def read_seqs(path):
-    seqs = array.array("Q")
-    with open(path, "rb") as f:
-        seqs.frombytes(f.read())
-    return seqs
 
 
 class DurabilityTest(unittest.TestCase):
@@ -80,7 +66,7 @@ class DurabilityTest(unittest.TestCase):
                 if line.startswith("acked "):
                     progress["acked"] = int(line.split()[1])
                 elif line.startswith("done "):
-                    progress["done"] = summary(line)
+                    progress["done"] = seq_summary(line)
 
         def read_stderr():  # librdkafka logs while the broker is away; keep only the tail
             for line in proc.stderr:
@@ -109,7 +95,7 @@ class DurabilityTest(unittest.TestCase):
                                          str(PARTITIONS), seq_path, "test.timeout.ms=150000"),
                              capture_output=True, text=True, timeout=200)
         self.assertEqual(out.returncode, 0, out.stderr[-3000:])
-        done = summary(out.stdout.strip().splitlines()[-1])
+        done = seq_summary(out.stdout.strip().splitlines()[-1])
         self.assertEqual(done["corrupt"], 0, "values that do not match their sequence number")
         self.assertEqual(done["log_start"], 0, "records gone from the start of the log")
         return done, read_seqs(seq_path)

@@ -12,7 +12,6 @@ and 5 requests in flight. The node advertises a TCP proxy on loopback, so that e
 connection of the client goes through it and the test can cut them all (RST) while records
 are in flight. RUNNEL_IDEMPOTENCE_RECORDS overrides the run's size.
 """
-import array
 import os
 import shutil
 import socket
@@ -24,7 +23,8 @@ import time
 import unittest
 
 from harness import BIN_DIR, Node, free_port, wait_until
-from kafka_wire import ApiWriter, Connection
+from kafka_clients import read_seqs, seq_summary
+from kafka_wire import ApiReader, ApiWriter, Connection
 
 INIT_PRODUCER_ID = 22
 
@@ -59,22 +59,9 @@ def init_producer_id(conn, version, transactional_id=None, producer_id=-1, epoch
     if flexible:
         r = conn.call(INIT_PRODUCER_ID, version, w)
     else:
-        from kafka_wire import ApiReader
         r = ApiReader(conn.request(INIT_PRODUCER_ID, version, w.buf))
     r.i32()  # throttle time
     return r.i16(), r.i64(), r.i16()
-
-
-def summary(line):
-    return {k: int(v) if v.isdigit() else v for k, v in
-            (f.split("=", 1) for f in line.split() if "=" in f)}
-
-
-def read_seqs(path):
-    seqs = array.array("Q")
-    with open(path, "rb") as f:
-        seqs.frombytes(f.read())
-    return seqs
 
 
 class CuttingProxy:
@@ -244,7 +231,7 @@ class IdempotentProducerFaultTest(unittest.TestCase):
                 if line.startswith("acked "):
                     progress["acked"] = int(line.split()[1])
                 elif line.startswith("done "):
-                    progress["done"] = summary(line)
+                    progress["done"] = seq_summary(line)
 
         def read_stderr():
             for line in proc.stderr:
@@ -294,7 +281,7 @@ class IdempotentProducerFaultTest(unittest.TestCase):
                                          str(PARTITIONS), seq_path, "test.timeout.ms=300000"),
                              capture_output=True, text=True, timeout=400)
         self.assertEqual(out.returncode, 0, out.stderr[-3000:])
-        consumed = summary(out.stdout.strip().splitlines()[-1])
+        consumed = seq_summary(out.stdout.strip().splitlines()[-1])
         self.assertEqual(consumed["corrupt"], 0)
         seqs = read_seqs(seq_path)
         counts = bytearray(RECORDS)
