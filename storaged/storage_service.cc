@@ -354,7 +354,9 @@ grpc::Status StorageServiceImpl::AppendOwned(storage::AppendRequest* request,
           p.has_shared()
               ? shared[i]
               : std::span<uint8_t>(reinterpret_cast<uint8_t*>(bytes.data()), bytes.size()),
-          p.leader_epoch());
+          p.leader_epoch(),
+          p.coordinator_origin() ? AppendOrigin::kCoordinator : AppendOrigin::kClient,
+          p.transaction_version());
       SetError(out, r.error, std::move(r.error_message));
       out->set_batch_index(r.batch_index);
       out->set_base_offset(r.base_offset);

@@ -49,8 +49,9 @@ class AppendBatcher {
                 uint64_t shared_bytes = kDefaultSharedBytes, AppendStream* stream = nullptr);
 
   // Appends `records` to the partition `partition` names; its own records field is not
-  // used. The bytes are copied before this returns, unless they lie in `within`, a block
-  // ReserveFrame gave (then they are named where they are, and must not change).
+  // used, its other fields (leader epoch, coordinator_origin, transaction_version) go to
+  // storaged as they are. The bytes are copied before this returns, unless they lie in `within`, a
+  // block ReserveFrame gave (then they are named where they are, and must not change).
   void Append(storage::AppendPartition partition, std::span<const uint8_t> records,
               std::chrono::milliseconds timeout, Done done,
               const std::shared_ptr<PlacedFrame>& within = nullptr);

@@ -552,7 +552,8 @@ Status Log::RollLocked() {
   return absl::OkStatus();
 }
 
-AppendResult Log::Append(std::span<uint8_t> records, int32_t leader_epoch) {
+AppendResult Log::Append(std::span<uint8_t> records, int32_t leader_epoch, AppendOrigin origin,
+                         int transaction_version) {
   const LogConfig cfg = config();
   StatusOr<std::vector<record::BatchView>> batches = record::SplitBatches(records);
   if (!batches.ok())
@@ -561,6 +562,7 @@ AppendResult Log::Append(std::span<uint8_t> records, int32_t leader_epoch) {
   record::ValidationOptions vo;
   vo.max_batch_bytes = cfg.max_message_bytes;
   vo.require_keys = cfg.cleanup_compact;
+  vo.from_client = origin == AppendOrigin::kClient;
   if (cfg.timestamp_type == record::TimestampType::kCreateTime &&
       (cfg.timestamp_before_max_ms != INT64_MAX || cfg.timestamp_after_max_ms != INT64_MAX)) {
     vo.now_ms = options_.now_ms();
@@ -582,7 +584,8 @@ AppendResult Log::Append(std::span<uint8_t> records, int32_t leader_epoch) {
   AppendResult result;
   {
     MutexLock lock(&append_mu_);
-    result = AppendLocked(cfg, records, *batches, leader_epoch, &needs_flush);
+    result = AppendLocked(cfg, records, *batches, leader_epoch, origin, transaction_version,
+                          &needs_flush);
   }
   // A duplicate (nothing written, an empty range) changes nothing to notify or flush.
   if (result.error != ErrorCode::kNone || result.range.length == 0) return result;
@@ -645,7 +648,7 @@ void Log::WriteSucceeded() {
 
 AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
                                const std::vector<record::BatchView>& batches, int32_t leader_epoch,
-                               bool* needs_flush) {
+                               AppendOrigin origin, int transaction_version, bool* needs_flush) {
   if (closed_) return Fail(ErrorCode::kNotLeaderOrFollower, "the log is closed");
   if (failed_.load()) {
     return Fail(ErrorCode::kKafkaStorageError,
@@ -678,7 +681,9 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
   ProducerStateManager::AppendPlan plan;
   if (has_producers) [[unlikely]] {
     AppendResult answer;
-    if (!CheckProducersLocked(batches, &plan, &answer)) return answer;
+    if (!CheckProducersLocked(batches, origin, transaction_version, &plan, &answer)) {
+      return answer;
+    }
   }
   std::shared_ptr<Segment> active = ActiveSegment();
   if (ShouldRollLocked(cfg, *active, int64_t(records.size()), result.last_offset, max_timestamp)) {
@@ -713,11 +718,21 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
   return result;
 }
 
-bool Log::CheckProducersLocked(const std::vector<record::BatchView>& batches,
-                               ProducerStateManager::AppendPlan* plan, AppendResult* answer) const {
+bool Log::CheckProducersLocked(const std::vector<record::BatchView>& batches, AppendOrigin origin,
+                               int transaction_version, ProducerStateManager::AppendPlan* plan,
+                               AppendResult* answer) const {
   for (size_t i = 0; i < batches.size(); ++i) {
     const record::BatchView& b = batches[i];
     if (b.producer_id() < 0) continue;
+    if (origin == AppendOrigin::kCoordinator) {
+      protocol::KafkaError e =
+          producers_.CheckCoordinatorBatch(b, b.base_offset(), transaction_version, plan);
+      if (!e.ok()) {
+        *answer = Fail(e.code, fmt::format("{} in {}", e.message, tp().ToString()), int(i));
+        return false;
+      }
+      continue;
+    }
     // Kafka stops at the first duplicate and appends nothing of the request (a producer
     // sends one batch per partition, so a retry is never mixed with new batches).
     if (std::optional<ProducerBatch> dup = producers_.FindDuplicate(b)) {

@@ -164,6 +164,12 @@ class Log {
   // written and the answer is success with that earlier batch's base and last offset (and
   // its max timestamp as log_append_time, as Kafka answers), with an empty range.
   //
+  // `origin` kCoordinator: a coordinator of this broker writes transaction markers or its
+  // own producer batches (no sequences); only their epochs are checked, with Kafka's rules
+  // for markers (ProducerStateManager::CheckCoordinatorBatch, `transaction_version` the
+  // WriteTxnMarkers one), and no batch is a duplicate. A client's control batch is
+  // INVALID_RECORD.
+  //
   // I/O errors: a failed write (a full disk, EIO) fails this append with
   // KAFKA_STORAGE_ERROR, retriable: what was partly written is cut back, the log end offset
   // stays, and the next append tries again. A failed flush (fsync/fdatasync) takes the log
@@ -171,7 +177,8 @@ class Log {
   // so the log takes no more appends or flushes until storaged restarts and recovers it from
   // the last good recovery point (Kafka takes the log dir offline). The same when a torn
   // write cannot be cut back.
-  AppendResult Append(std::span<uint8_t> records, int32_t leader_epoch);
+  AppendResult Append(std::span<uint8_t> records, int32_t leader_epoch,
+                      AppendOrigin origin = AppendOrigin::kClient, int transaction_version = 0);
   // Appends batches that already carry their offsets (a follower copying its leader, or a
   // test); they must start at the log end offset. Validates CRC and lengths only.
   AppendResult AppendWithOffsets(std::span<uint8_t> records);
@@ -287,13 +294,13 @@ class Log {
   void WriteSucceeded();
   AppendResult AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
                             const std::vector<record::BatchView>& batches, int32_t leader_epoch,
-                            bool* needs_flush) ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
-  // Checks the producers' batches of a client append (offsets already assigned) into
-  // `plan`; an error, or a duplicate's answer, in `*answer`. False when the append must not
-  // be written.
-  bool CheckProducersLocked(const std::vector<record::BatchView>& batches,
-                            ProducerStateManager::AppendPlan* plan, AppendResult* answer) const
+                            AppendOrigin origin, int transaction_version, bool* needs_flush)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
+  // Checks the producers' batches of an append (offsets already assigned) into `plan`; an
+  // error, or a duplicate's answer, in `*answer`. False when the append must not be written.
+  bool CheckProducersLocked(const std::vector<record::BatchView>& batches, AppendOrigin origin,
+                            int transaction_version, ProducerStateManager::AppendPlan* plan,
+                            AppendResult* answer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
   // The producer state at load or after a truncation: snapshots above the log end are
   // deleted, then the latest good one is loaded (a damaged one is noted in `notes`, deleted,
   // and the next older one tried); unless `snapshot_is_state` (a clean start), the batch

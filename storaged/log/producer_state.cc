@@ -96,6 +96,54 @@ std::optional<ProducerBatch> ProducerStateManager::FindDuplicate(
 protocol::KafkaError ProducerStateManager::CheckClientBatch(const record::BatchView& batch,
                                                             int64_t first_offset,
                                                             AppendPlan* plan) const {
+  return CheckDataBatch(batch, first_offset, /*check_sequence=*/true, plan);
+}
+
+protocol::KafkaError ProducerStateManager::CheckCoordinatorBatch(const record::BatchView& batch,
+                                                                 int64_t first_offset,
+                                                                 int transaction_version,
+                                                                 AppendPlan* plan) const {
+  if (!batch.is_control()) {
+    return CheckDataBatch(batch, first_offset, /*check_sequence=*/false, plan);
+  }
+  std::optional<record::EndTxnMarker> marker;
+  protocol::KafkaError e = record::ReadEndTxnMarker(batch, &marker);
+  if (!e.ok()) return e;
+  if (!marker) return {};
+  const int64_t producer_id = batch.producer_id();
+  const int16_t epoch = batch.producer_epoch();
+  ProducerEntry* staged = Staged(producer_id, plan);
+  // TV2: the coordinator bumped the epoch for this marker, so a marker at or below the
+  // producer's epoch is late or repeated; before TV2 the marker carries the data's epoch.
+  const bool stale = transaction_version >= 2 ? epoch <= staged->epoch : epoch < staged->epoch;
+  if (stale) {
+    return {ErrorCode::kInvalidProducerEpoch,
+            fmt::format("marker epoch {} of producer {} at offset {} is {} its epoch {} (TV{})",
+                        epoch, producer_id, first_offset,
+                        transaction_version >= 2 ? "not above" : "older than", staged->epoch,
+                        transaction_version)};
+  }
+  if (staged->coordinator_epoch > marker->coordinator_epoch) {
+    return {ErrorCode::kTransactionCoordinatorFenced,
+            fmt::format("marker of producer {} at offset {}: coordinator epoch {} is older than "
+                        "{}",
+                        producer_id, first_offset, marker->coordinator_epoch,
+                        staged->coordinator_epoch)};
+  }
+  if (staged->txn_first_offset >= 0) {
+    plan->completed_.push_back(
+        {producer_id, staged->txn_first_offset, first_offset, !marker->commit});
+  }
+  staged->MaybeUpdateEpoch(epoch);
+  staged->coordinator_epoch = marker->coordinator_epoch;
+  staged->last_timestamp = batch.max_timestamp();
+  staged->txn_first_offset = -1;
+  return {};
+}
+
+protocol::KafkaError ProducerStateManager::CheckDataBatch(const record::BatchView& batch,
+                                                          int64_t first_offset, bool check_sequence,
+                                                          AppendPlan* plan) const {
   const int64_t producer_id = batch.producer_id();
   const int16_t epoch = batch.producer_epoch();
   const int32_t first_seq = batch.base_sequence();
@@ -109,7 +157,8 @@ protocol::KafkaError ProducerStateManager::CheckClientBatch(const record::BatchV
             fmt::format("epoch {} of producer {} at offset {} is older than its epoch {}", epoch,
                         producer_id, first_offset, staged->epoch)};
   }
-  if (epoch != staged->epoch) {
+  // (A coordinator's batch has no sequence to check.)
+  if (check_sequence && epoch != staged->epoch) {
     // A bumped epoch starts again at sequence 0; the first epoch seen of a producer may
     // start anywhere (its earlier batches may have been removed by retention).
     if (first_seq != 0 && staged->epoch != kNoProducerEpoch) {
@@ -118,7 +167,7 @@ protocol::KafkaError ProducerStateManager::CheckClientBatch(const record::BatchV
                           "(current epoch {})",
                           producer_id, first_offset, epoch, first_seq, staged->epoch)};
     }
-  } else {
+  } else if (check_sequence) {
     const int32_t last_seq = staged->last_seq();
     const bool in_sequence = int64_t(first_seq) == int64_t(last_seq) + 1 ||
                              (first_seq == 0 && last_seq == std::numeric_limits<int32_t>::max());
@@ -183,6 +232,7 @@ void ProducerStateManager::Commit(AppendPlan&& plan) {
   if (plan.entries_.empty()) return;
   for (const auto& [id, entry] : plan.entries_) producers_[id] = entry;
   plan.entries_.clear();
+  plan.completed_.clear();
   dirty_ = true;
 }
 

@@ -59,6 +59,7 @@
 
 #include "common/protocol/error_code.h"
 #include "common/record/batch.h"
+#include "common/record/control.h"
 #include "common/util/status.h"
 
 namespace runnel::storaged {
@@ -72,6 +73,27 @@ int32_t IncrementSequence(int32_t sequence, int32_t increment);
 int32_t DecrementSequence(int32_t sequence, int32_t decrement);
 // The batch's last sequence (base + lastOffsetDelta, wrapped); -1 without a base sequence.
 int32_t LastSequence(const record::BatchView& batch);
+
+// Who an append comes from (Kafka's AppendOrigin; a follower's copy is Log::AppendWithOffsets).
+enum class AppendOrigin {
+  // A producer: control batches are refused (INVALID_RECORD), sequences and duplicates
+  // checked.
+  kClient,
+  // A coordinator of this broker: transaction markers (control batches), and producer
+  // batches without sequences (transactional offset commits). Only epochs are checked.
+  kCoordinator,
+};
+
+// A transaction a marker ended (Kafka's CompletedTxn): the producer, the offsets of its
+// first batch and of the marker, and whether it was aborted. A marker of a producer with no
+// ongoing transaction ends none.
+struct CompletedTxn {
+  int64_t producer_id = -1;
+  int64_t first_offset = -1;
+  int64_t last_offset = -1;  // the marker's offset
+  bool aborted = false;
+  bool operator==(const CompletedTxn&) const = default;
+};
 
 // What the producer state reads of a stored batch's header (a replay reads no more).
 struct ProducerBatchHeader {
@@ -135,10 +157,13 @@ class ProducerStateManager {
   class AppendPlan {
    public:
     bool empty() const { return entries_.empty(); }
+    // The transactions this append's markers end, in offset order.
+    const std::vector<CompletedTxn>& completed() const { return completed_; }
 
    private:
     friend class ProducerStateManager;
     std::vector<std::pair<int64_t, ProducerEntry>> entries_;
+    std::vector<CompletedTxn> completed_;
   };
 
   // Checks a producer's data batch from a client (producer id >= 0), to be written at
@@ -151,6 +176,17 @@ class ProducerStateManager {
   // Duplicates are not found here: see FindDuplicate, which the caller checks first.
   protocol::KafkaError CheckClientBatch(const record::BatchView& batch, int64_t first_offset,
                                         AppendPlan* plan) const;
+  // The same for a batch from a coordinator (AppendOrigin::kCoordinator), Kafka's rules:
+  //  - a producer batch: the epoch is checked as above, the sequence not (it is -1);
+  //  - a transaction marker: an epoch older than the producer's is INVALID_PRODUCER_EPOCH
+  //    (with `transaction_version` >= 2, where the coordinator bumps the epoch before
+  //    writing the marker, one not above it is); a coordinator epoch older than the one of
+  //    the producer's last marker is TRANSACTION_COORDINATOR_FENCED; a record that is not
+  //    an ABORT or COMMIT marker is INVALID_RECORD. An accepted marker ends the ongoing
+  //    transaction, if any (added to plan->completed()), and keeps the marker's epochs and
+  //    timestamp. An empty control batch (compaction's leftover) changes nothing.
+  protocol::KafkaError CheckCoordinatorBatch(const record::BatchView& batch, int64_t first_offset,
+                                             int transaction_version, AppendPlan* plan) const;
   // A retried batch: one of the producer's kept batches with the same epoch and sequence
   // range (as the state was before this append).
   std::optional<ProducerBatch> FindDuplicate(const record::BatchView& batch) const;
@@ -185,6 +221,10 @@ class ProducerStateManager {
   // The entry as this append sees it: the plan's copy, else a copy of the stored one (or a
   // new one) added to the plan.
   ProducerEntry* Staged(int64_t producer_id, AppendPlan* plan) const;
+  // A data batch: the epoch, then the sequence when `check_sequence`, then the
+  // transaction state.
+  protocol::KafkaError CheckDataBatch(const record::BatchView& batch, int64_t first_offset,
+                                      bool check_sequence, AppendPlan* plan) const;
   absl::flat_hash_map<int64_t, ProducerEntry> producers_;
   bool dirty_ = false;
 };

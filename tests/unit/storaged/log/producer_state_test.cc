@@ -66,6 +66,26 @@ class ProducerStateTest : public ::testing::Test {
     next_offset_ += count;
     return ErrorCode::kNone;
   }
+  // A coordinator's batch (a marker when `marker`, else a producer batch of `count`
+  // records with no sequence) at the next offset; returns the error and, when accepted,
+  // commits it and keeps the transactions it completed in completed_.
+  ErrorCode AppendFromCoordinator(int16_t epoch, std::optional<record::EndTxnMarker> marker,
+                                  int transaction_version = 0, int count = 1,
+                                  bool transactional = true) {
+    std::vector<uint8_t> bytes = marker ? record::BuildEndTxnMarkerBatch(kPid, epoch, *marker, 5000)
+                                        : ProducerBatchBytes(kPid, epoch, -1, count, transactional);
+    record::SetBaseOffset(bytes, next_offset_);
+    StatusOr<record::BatchView> b = record::BatchView::Parse(bytes);
+    EXPECT_TRUE(b.ok());
+    ProducerStateManager::AppendPlan plan;
+    protocol::KafkaError e =
+        state_.CheckCoordinatorBatch(*b, next_offset_, transaction_version, &plan);
+    if (!e.ok()) return e.code;
+    completed_ = plan.completed();
+    state_.Commit(std::move(plan));
+    next_offset_ += b->last_offset_delta() + 1;
+    return ErrorCode::kNone;
+  }
   std::optional<ProducerBatch> Duplicate(int16_t epoch, int32_t seq, int count) {
     std::vector<uint8_t> bytes = ProducerBatchBytes(kPid, epoch, seq, count);
     StatusOr<record::BatchView> b = record::BatchView::Parse(bytes);
@@ -75,6 +95,7 @@ class ProducerStateTest : public ::testing::Test {
 
   ProducerStateManager state_;
   int64_t next_offset_ = 0;
+  std::vector<CompletedTxn> completed_;
 };
 
 TEST_F(ProducerStateTest, SequenceArithmeticWrapsAtInt32Max) {
@@ -185,6 +206,84 @@ TEST_F(ProducerStateTest, ACommitMarkerReplayedEndsTheTransaction) {
   EXPECT_EQ(state_.Find(kPid)->txn_first_offset, -1);
   EXPECT_EQ(state_.Find(kPid)->coordinator_epoch, 7);
   EXPECT_EQ(state_.Find(kPid)->last_timestamp, 5000);
+}
+
+TEST_F(ProducerStateTest, ACoordinatorsMarkerEndsTheTransactionAndReportsIt) {
+  ASSERT_EQ(Append(0, 0, 2, /*transactional=*/true), ErrorCode::kNone);  // offsets 0..1
+  ASSERT_EQ(AppendFromCoordinator(0, record::EndTxnMarker{false, 3}), ErrorCode::kNone);
+  ASSERT_EQ(completed_.size(), 1u);
+  EXPECT_EQ(completed_[0], (CompletedTxn{kPid, 0, 2, /*aborted=*/true}));
+  const ProducerEntry* e = state_.Find(kPid);
+  EXPECT_EQ(e->txn_first_offset, -1);
+  EXPECT_EQ(e->coordinator_epoch, 3);
+  EXPECT_EQ(e->last_timestamp, 5000);
+  EXPECT_EQ(e->last_seq(), 1);  // a marker keeps the batches of its epoch
+  // The next transaction, committed; a marker with no transaction ongoing completes none.
+  ASSERT_EQ(Append(0, 2, 1, /*transactional=*/true), ErrorCode::kNone);  // offset 3
+  ASSERT_EQ(AppendFromCoordinator(0, record::EndTxnMarker{true, 3}), ErrorCode::kNone);
+  ASSERT_EQ(completed_.size(), 1u);
+  EXPECT_EQ(completed_[0], (CompletedTxn{kPid, 3, 4, /*aborted=*/false}));
+  ASSERT_EQ(AppendFromCoordinator(0, record::EndTxnMarker{true, 3}), ErrorCode::kNone);
+  EXPECT_TRUE(completed_.empty());
+}
+
+TEST_F(ProducerStateTest, AMarkerOfAnOlderEpochOrCoordinatorIsRefusedAndChangesNothing) {
+  ASSERT_EQ(Append(2, 0, 1, /*transactional=*/true), ErrorCode::kNone);
+  ASSERT_EQ(AppendFromCoordinator(2, record::EndTxnMarker{true, 5}), ErrorCode::kNone);
+  ASSERT_EQ(Append(2, 1, 1, /*transactional=*/true), ErrorCode::kNone);
+  const ProducerEntry before = *state_.Find(kPid);
+  EXPECT_EQ(AppendFromCoordinator(1, record::EndTxnMarker{true, 5}),
+            ErrorCode::kInvalidProducerEpoch);
+  EXPECT_EQ(AppendFromCoordinator(2, record::EndTxnMarker{false, 4}),
+            ErrorCode::kTransactionCoordinatorFenced);
+  // TV2: the marker must carry an epoch above the producer's (the coordinator bumped it).
+  EXPECT_EQ(AppendFromCoordinator(2, record::EndTxnMarker{true, 5}, /*transaction_version=*/2),
+            ErrorCode::kInvalidProducerEpoch);
+  EXPECT_EQ(*state_.Find(kPid), before);
+  ASSERT_EQ(AppendFromCoordinator(3, record::EndTxnMarker{true, 6}, /*transaction_version=*/2),
+            ErrorCode::kNone);
+  ASSERT_EQ(completed_.size(), 1u);
+  const ProducerEntry* e = state_.Find(kPid);
+  EXPECT_EQ(e->epoch, 3);
+  EXPECT_EQ(e->coordinator_epoch, 6);
+  EXPECT_TRUE(e->empty());  // the new epoch forgot the old batches
+  // The client goes on in the bumped epoch from sequence 0.
+  EXPECT_EQ(Append(3, 0, 1), ErrorCode::kNone);
+}
+
+TEST_F(ProducerStateTest, ACoordinatorsProducerBatchHasNoSequenceButItsEpochIsChecked) {
+  ASSERT_EQ(Append(1, 0, 1), ErrorCode::kNone);
+  ASSERT_EQ(AppendFromCoordinator(1, std::nullopt, 0, /*count=*/2), ErrorCode::kNone);
+  EXPECT_EQ(state_.Find(kPid)->txn_first_offset, 1);
+  EXPECT_EQ(AppendFromCoordinator(0, std::nullopt, 0, 1), ErrorCode::kInvalidProducerEpoch);
+  EXPECT_EQ(AppendFromCoordinator(1, std::nullopt, 0, 1, /*transactional=*/false),
+            ErrorCode::kInvalidTxnState);
+  ASSERT_EQ(AppendFromCoordinator(1, record::EndTxnMarker{true, 0}), ErrorCode::kNone);
+  ASSERT_EQ(completed_.size(), 1u);
+  EXPECT_EQ(completed_[0], (CompletedTxn{kPid, 1, 3, false}));
+}
+
+TEST_F(ProducerStateTest, AControlRecordThatIsNoTransactionMarkerIsInvalid) {
+  record::BatchBuilder::Options o;
+  o.producer_id = kPid;
+  o.producer_epoch = 0;
+  o.transactional = true;
+  o.control = true;
+  for (const std::pair<std::string, std::string>& kv :
+       {std::pair<std::string, std::string>{std::string("\0\0\0\2", 4),
+                                            std::string("\0\0\0\0\0\0", 6)},
+        {std::string("\0\0", 2), std::string("\0\0\0\0\0\0", 6)},
+        {std::string("\0\0\0\1", 4), std::string("\0\0\0", 3)}}) {
+    record::BatchBuilder b(o);
+    b.Add(1000, Span(kv.first), Span(kv.second));
+    StatusOr<std::vector<uint8_t>> bytes = b.Build();
+    ASSERT_TRUE(bytes.ok());
+    StatusOr<record::BatchView> view = record::BatchView::Parse(*bytes);
+    ASSERT_TRUE(view.ok());
+    ProducerStateManager::AppendPlan plan;
+    EXPECT_EQ(state_.CheckCoordinatorBatch(*view, 0, 0, &plan).code, ErrorCode::kInvalidRecord);
+  }
+  EXPECT_EQ(state_.size(), 0u);
 }
 
 TEST_F(ProducerStateTest, IdleProducersWithoutATransactionExpire) {
@@ -402,6 +501,48 @@ TEST_F(LogProducerTest, ASnapshotsExpiredProducersAreNotLoaded) {
   ASSERT_NE(log, nullptr);
   EXPECT_FALSE(log->Producer(kPid).has_value());
   EXPECT_TRUE(log->Producer(kPid + 1).has_value());
+}
+
+TEST_F(LogProducerTest, OnlyACoordinatorMayAppendTransactionMarkers) {
+  auto log = Open();
+  ASSERT_NE(log, nullptr);
+  std::vector<uint8_t> txn = ProducerBatchBytes(kPid, 0, 0, 2, /*transactional=*/true, ts_);
+  ASSERT_EQ(log->Append(txn, 0).error, ErrorCode::kNone);
+  std::vector<uint8_t> marker =
+      record::BuildEndTxnMarkerBatch(kPid, 0, record::EndTxnMarker{true, 4}, ts_);
+  std::vector<uint8_t> copy = marker;
+  AppendResult refused = log->Append(copy, 0);
+  EXPECT_EQ(refused.error, ErrorCode::kInvalidRecord);
+  EXPECT_EQ(log->State().log_end_offset, 2);
+  EXPECT_EQ(log->Producer(kPid)->txn_first_offset, 0);
+
+  AppendResult written = log->Append(marker, 0, AppendOrigin::kCoordinator);
+  ASSERT_EQ(written.error, ErrorCode::kNone) << written.error_message;
+  EXPECT_EQ(written.base_offset, 2);
+  EXPECT_EQ(log->State().log_end_offset, 3);
+  EXPECT_EQ(log->Producer(kPid)->txn_first_offset, -1);
+  EXPECT_EQ(log->Producer(kPid)->coordinator_epoch, 4);
+  // A fenced coordinator's marker fails the append with its batch index; nothing written.
+  std::vector<uint8_t> zombie =
+      record::BuildEndTxnMarkerBatch(kPid, 0, record::EndTxnMarker{false, 3}, ts_);
+  AppendResult fenced = log->Append(zombie, 0, AppendOrigin::kCoordinator);
+  EXPECT_EQ(fenced.error, ErrorCode::kTransactionCoordinatorFenced);
+  EXPECT_EQ(fenced.batch_index, 0);
+  EXPECT_EQ(log->State().log_end_offset, 3);
+  // A coordinator's batch without sequences (a transactional offset commit) is accepted,
+  // a client's is not.
+  std::vector<uint8_t> unsequenced = ProducerBatchBytes(kPid, 0, -1, 1, true, ts_);
+  std::vector<uint8_t> unsequenced_copy = unsequenced;
+  EXPECT_EQ(log->Append(unsequenced_copy, 0).error, ErrorCode::kInvalidRecord);
+  ASSERT_EQ(log->Append(unsequenced, 0, AppendOrigin::kCoordinator).error, ErrorCode::kNone);
+  EXPECT_EQ(log->Producer(kPid)->txn_first_offset, 3);
+  // The state survives an unclean restart without snapshots, the replay reading the markers.
+  log.reset();
+  for (int64_t offset : Snapshots()) RemoveSnapshot(offset);
+  log = Open({}, /*clean=*/false);
+  ASSERT_NE(log, nullptr);
+  EXPECT_EQ(log->Producer(kPid)->txn_first_offset, 3);
+  EXPECT_EQ(log->Producer(kPid)->coordinator_epoch, 4);
 }
 
 TEST_F(LogProducerTest, PlainBatchesLeaveNoProducerState) {
