@@ -86,9 +86,11 @@ Broker::Broker(const config::Config& config)
         req.set_broker_epoch(broker_epoch_);
         controller_.AllocateProducerIds(req, std::chrono::seconds(10), std::move(done));
       }),
-      context_{loop_,    config_,     metadata_, controller_, node_id_,
-               storage_, partitions_, appends_,  groups_,     producer_ids_},
+      context_{loop_,       config_,  metadata_, controller_,   node_id_, storage_,
+               partitions_, appends_, groups_,   producer_ids_, txns_,    markers_},
       groups_(context_),
+      markers_(context_),
+      txns_(context_, markers_),
       reconciler_(loop_, metadata_, partitions_, storage_, node_id_,
                   [](const MetadataCache& cache, const TopicInfo& topic) {
                     return StorageConfigsFor(cache, topic);
@@ -125,8 +127,9 @@ void Broker::StopLoop() {
     auto pending = std::move(context_.cancel_on_stop);
     context_.cancel_on_stop.clear();
     for (auto& [id, cancel] : pending) cancel();
-    // Group shards answer their parked requests and close their timers.
+    // Coordinator shards answer their parked requests and close their timers.
     groups_.Stop();
+    txns_.Stop();
     server_.Close();
     // Calls in flight on the append socket are dropped unanswered (their connections are
     // closing).
@@ -199,6 +202,7 @@ Status Broker::Start(const std::atomic<bool>& stop) {
   partitions_.OnLayoutChange([this] {
     reconciler_.Kick();
     groups_.Reconcile();
+    txns_.Reconcile();
   });
   append_stream_.Start();
   storage_.StartWatch(
@@ -303,6 +307,7 @@ void Broker::OnMetadata(const runnel::controller::MetadataUpdate& update) {
   }
   reconciler_.Kick();
   groups_.Reconcile();
+  txns_.Reconcile();
 }
 
 int Broker::Run() {

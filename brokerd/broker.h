@@ -25,7 +25,9 @@
 #include "brokerd/storage/partition_view.h"
 #include "brokerd/storage/storage_client.h"
 #include "brokerd/storage/storage_reconciler.h"
+#include "brokerd/txn/marker_writer.h"
 #include "brokerd/txn/producer_id_manager.h"
+#include "brokerd/txn/txn_coordinator.h"
 #include "common/config/config.h"
 
 namespace runnel::brokerd {
@@ -84,6 +86,8 @@ class Broker {
   ProducerIdManager producer_ids_;
   BrokerContext context_;
   group::Coordinator groups_;  // built after context_ (whose config it reads), which names it
+  TxnMarkerWriter markers_;
+  txn::TxnCoordinator txns_;  // as groups_
   StorageReconciler reconciler_;
   Dispatcher dispatcher_;
   KafkaServer server_;

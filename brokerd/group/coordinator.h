@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "brokerd/controller/internal_topic.h"
 #include "brokerd/group/classic_group.h"
 #include "brokerd/group/consumer_group.h"
 #include "brokerd/group/group_env.h"
@@ -247,7 +248,6 @@ class Coordinator {
 
  private:
   struct LoadWait;
-  void FinishEnsure(ErrorCode error);
   bool AnyLoading(const std::vector<std::string>& group_ids);
   // Ends the wait `id` (if still there), then runs its `then`.
   void EndLoadWait(uint64_t id);
@@ -256,8 +256,7 @@ class Coordinator {
   GroupConfig config_;
   std::map<int32_t, std::unique_ptr<Shard>> shards_;
   bool stopped_ = false;
-  bool ensure_in_flight_ = false;
-  std::vector<std::function<void(ErrorCode)>> ensure_waiters_;
+  InternalTopic offsets_topic_;
   std::map<uint64_t, std::unique_ptr<LoadWait>> load_waits_;
   uint64_t next_load_wait_ = 1;
 };

@@ -39,6 +39,11 @@ std::span<const ApiEntry> SupportedApis() {
       {ApiKey::kHeartbeat, 0, 4, &HandleHeartbeat},
       {ApiKey::kLeaveGroup, 0, 5, &HandleLeaveGroup},
       {ApiKey::kInitProducerId, 0, 5, &HandleInitProducerId},
+      {ApiKey::kAddPartitionsToTxn, 0, 5, &HandleAddPartitionsToTxn},
+      {ApiKey::kAddOffsetsToTxn, 0, 4, &HandleAddOffsetsToTxn},
+      {ApiKey::kEndTxn, 0, 4, &HandleEndTxn},
+      {ApiKey::kDescribeTransactions, 0, 0, &HandleDescribeTransactions},
+      {ApiKey::kListTransactions, 0, 2, &HandleListTransactions},
   };
   return kApis;
 }

@@ -33,6 +33,10 @@ namespace group {
 class Coordinator;  // brokerd/group/coordinator.h
 }
 class ProducerIdManager;  // brokerd/txn/producer_id_manager.h
+class TxnMarkerWriter;    // brokerd/txn/marker_writer.h
+namespace txn {
+class TxnCoordinator;  // brokerd/txn/txn_coordinator.h
+}
 
 struct BrokerContext {
   EventLoop& loop;
@@ -47,6 +51,11 @@ struct BrokerContext {
   group::Coordinator& groups;
   // Producer ids for InitProducerId, from the controller's blocks.
   ProducerIdManager& producer_ids;
+  // The transaction coordinator (InitProducerId with a transactional id, AddPartitionsToTxn,
+  // EndTxn, ...).
+  txn::TxnCoordinator& txns;
+  // Transaction markers (the coordinator's, and the WriteTxnMarkers API's).
+  TxnMarkerWriter& markers;
   // Work waiting on the loop (long-poll fetches, WaitForMetadata) registers how to end it
   // early, and is owned by its entry until it ends; the broker runs these when it stops,
   // before the listeners and connections close, so each ends as at its timeout.
@@ -102,6 +111,11 @@ void HandleSyncGroup(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleHeartbeat(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleLeaveGroup(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleInitProducerId(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleAddPartitionsToTxn(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleAddOffsetsToTxn(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleEndTxn(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleDescribeTransactions(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleListTransactions(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 
 // AlterConfigs and IncrementalAlterConfigs (alter_configs.cc): answers here the broker
 // resources naming another node, as Kafka's broker does, sends the rest to the controller,

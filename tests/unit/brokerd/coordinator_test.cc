@@ -13,7 +13,9 @@
 #include "brokerd/handlers/handler.h"
 #include "brokerd/storage/append_batcher.h"
 #include "brokerd/storage/partition_view.h"
+#include "brokerd/txn/marker_writer.h"
 #include "brokerd/txn/producer_id_manager.h"
+#include "brokerd/txn/txn_coordinator.h"
 #include "common/protocol/uuid.h"
 #include "tests/unit/brokerd/real_storage_fixture.h"
 
@@ -180,12 +182,16 @@ class ShardTest : public RealStorageTest {
            ControllerClient& controller, StorageClient& storage, PartitionView& partitions,
            AppendBatcher& appends)
         : producer_ids([](ProducerIdManager::Allocated) {}),
-          context{loop,    config,     metadata, controller, 1,
-                  storage, partitions, appends,  groups,     producer_ids},
-          groups(context) {}
+          context{loop,       config,  metadata, controller,   1,    storage,
+                  partitions, appends, groups,   producer_ids, txns, markers},
+          groups(context),
+          markers(context),
+          txns(context, markers) {}
     ProducerIdManager producer_ids;  // unused: no InitProducerId here
     BrokerContext context;
     Coordinator groups;
+    TxnMarkerWriter markers;
+    txn::TxnCoordinator txns;  // idle
   };
   std::unique_ptr<Wiring> wiring_;
   std::unique_ptr<Shard> shard_;
