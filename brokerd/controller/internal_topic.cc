@@ -30,8 +30,8 @@ void InternalTopic::Ensure(std::function<void(ErrorCode)> done) {
     if (!b.fenced) ++alive;
   }
   if (alive < spec.replication_factor) {
-    kLog()->warn("cannot create {}: {} broker(s) alive, its replication factor is {}", name_,
-                 alive, spec.replication_factor);
+    kLog()->warn("cannot create {}: {} broker(s) alive, its replication factor is {}", name_, alive,
+                 spec.replication_factor);
     return done(ErrorCode::kCoordinatorNotAvailable);
   }
   waiters_.push_back(std::move(done));

@@ -83,11 +83,10 @@ void AddOne(BrokerContext& broker, const std::string& id, int64_t producer_id,
     }
     return done(std::move(out));
   }
-  route.shard->AddPartitions(id, producer_id, producer_epoch, ToSet(topics),
-                             [topics, version, done](ErrorCode error) {
-                               done(AllWith(topics,
-                                            txn::FencedForVersion(error, version, kFencedSince)));
-                             });
+  route.shard->AddPartitions(
+      id, producer_id, producer_epoch, ToSet(topics), [topics, version, done](ErrorCode error) {
+        done(AllWith(topics, txn::FencedForVersion(error, version, kFencedSince)));
+      });
 }
 
 }  // namespace
@@ -100,10 +99,9 @@ void HandleAddPartitionsToTxn(BrokerContext& broker, std::unique_ptr<RequestCont
   std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);
 
   if (version < kFirstBatchedVersion) {
-    return AddOne(broker, req->v3_and_below_transactional_id,
-                  req->v3_and_below_producer_id.value(), req->v3_and_below_producer_epoch,
-                  req->v3_and_below_topics, /*verify_only=*/false, version,
-                  [shared_ctx, respond](std::vector<TopicResult> results) {
+    return AddOne(broker, req->v3_and_below_transactional_id, req->v3_and_below_producer_id.value(),
+                  req->v3_and_below_producer_epoch, req->v3_and_below_topics, /*verify_only=*/false,
+                  version, [shared_ctx, respond](std::vector<TopicResult> results) {
                     AddPartitionsToTxnResponse resp;
                     resp.results_by_topic_v3_and_below = std::move(results);
                     respond(EncodeResponse(*shared_ctx, resp));

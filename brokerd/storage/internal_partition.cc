@@ -39,7 +39,10 @@ std::map<int32_t, int32_t> LedPartitions(const BrokerContext& broker, const std:
 
 InternalPartition::InternalPartition(BrokerContext& broker, std::string topic, int32_t partition,
                                      int32_t leader_epoch)
-    : broker_(broker), topic_(std::move(topic)), partition_(partition), leader_epoch_(leader_epoch) {}
+    : broker_(broker),
+      topic_(std::move(topic)),
+      partition_(partition),
+      leader_epoch_(leader_epoch) {}
 
 InternalPartition::~InternalPartition() { Close(); }
 

@@ -77,8 +77,8 @@ void TxnMarkerWriter::Write(std::vector<TxnMarker> markers, Done done) {
     append.set_coordinator_origin(true);
     broker_.appends.Append(
         std::move(append), batch, kAppendTimeout,
-        [finish_one, i, topic = m.topic, p = m.partition](
-            const grpc::Status& status, const storage::AppendPartitionResult& r) {
+        [finish_one, i, topic = m.topic, p = m.partition](const grpc::Status& status,
+                                                          const storage::AppendPartitionResult& r) {
           const ErrorCode error =
               status.ok() ? protocol::ErrorFromWire(r.error_code()) : StorageCallError(status);
           if (error != ErrorCode::kNone) {

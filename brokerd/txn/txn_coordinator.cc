@@ -172,15 +172,15 @@ void TxnShard::InitProducerId(const std::string& id, int32_t timeout_ms,
   if (e == nullptr || (NeedsNewProducerId(e->meta, expected) && !e->pending.has_value())) {
     // A new id, or an exhausted epoch: a new producer id first.
     std::weak_ptr<bool> alive = alive_;
-    broker_.producer_ids.Next([this, alive, id, timeout_ms, expected, done](ErrorCode error,
-                                                                            int64_t producer_id) {
-      if (alive.expired()) return done(ErrorCode::kNotCoordinator, kNoProducerId, -1);
-      if (error != ErrorCode::kNone) return done(error, kNoProducerId, kNoProducerEpoch);
-      if (Find(id) == nullptr) {
-        txns_[id] = Entry{NewTxnMetadata(id, producer_id, timeout_ms, NowMs()), std::nullopt};
-      }
-      InitWith(id, timeout_ms, expected, producer_id, done);
-    });
+    broker_.producer_ids.Next(
+        [this, alive, id, timeout_ms, expected, done](ErrorCode error, int64_t producer_id) {
+          if (alive.expired()) return done(ErrorCode::kNotCoordinator, kNoProducerId, -1);
+          if (error != ErrorCode::kNone) return done(error, kNoProducerId, kNoProducerEpoch);
+          if (Find(id) == nullptr) {
+            txns_[id] = Entry{NewTxnMetadata(id, producer_id, timeout_ms, NowMs()), std::nullopt};
+          }
+          InitWith(id, timeout_ms, expected, producer_id, done);
+        });
     return;
   }
   InitWith(id, timeout_ms, expected, kNoProducerId, done);
@@ -203,15 +203,15 @@ void TxnShard::InitWith(const std::string& id, int32_t timeout_ms,
     const int16_t epoch = t.target->producer_epoch;
     const int64_t producer_id = t.target->producer_id;
     e->pending = std::move(*t.target);
-    kLog()->info("transactional id {}: aborting the ongoing transaction of producer {} to fence "
-                 "epoch {}",
-                 id, producer_id, epoch - 1);
-    return EndTxnInternal(id, producer_id, epoch, /*commit=*/false, /*from_client=*/false,
-                          [done](ErrorCode error) {
-                            done(error == ErrorCode::kNone ? ErrorCode::kConcurrentTransactions
-                                                           : error,
-                                 kNoProducerId, kNoProducerEpoch);
-                          });
+    kLog()->info(
+        "transactional id {}: aborting the ongoing transaction of producer {} to fence "
+        "epoch {}",
+        id, producer_id, epoch - 1);
+    return EndTxnInternal(
+        id, producer_id, epoch, /*commit=*/false, /*from_client=*/false, [done](ErrorCode error) {
+          done(error == ErrorCode::kNone ? ErrorCode::kConcurrentTransactions : error,
+               kNoProducerId, kNoProducerEpoch);
+        });
   }
   const int64_t producer_id = t.target->producer_id;
   const int16_t epoch = t.target->producer_epoch;
@@ -227,8 +227,8 @@ void TxnShard::AddPartitions(const std::string& id, int64_t producer_id, int16_t
                              const TxnPartitions& partitions, Done done) {
   Entry* e = Find(id);
   if (e == nullptr) return done(ErrorCode::kInvalidProducerIdMapping);
-  Transition t = PrepareAddPartitions(e->meta, e->pending.has_value(), producer_id,
-                                      producer_epoch, partitions, NowMs());
+  Transition t = PrepareAddPartitions(e->meta, e->pending.has_value(), producer_id, producer_epoch,
+                                      partitions, NowMs());
   if (t.error != ErrorCode::kNone || !t.target.has_value()) return done(t.error);
   WriteTransition(id, std::move(*t.target), std::move(done));
 }
@@ -253,10 +253,10 @@ void TxnShard::EndTxnInternal(const std::string& id, int64_t producer_id, int16_
   if (e == nullptr) return done(ErrorCode::kInvalidProducerIdMapping);
   // Only the coordinator's own abort carries out a pending fence; a client meets it as any
   // pending transition.
-  const bool fence = !from_client && e->pending.has_value() &&
-                     e->pending->state == TxnState::kPrepareEpochFence;
-  Transition t = PrepareEndTxn(e->meta, e->pending.has_value(), fence, producer_id,
-                               producer_epoch, commit, from_client, NowMs());
+  const bool fence =
+      !from_client && e->pending.has_value() && e->pending->state == TxnState::kPrepareEpochFence;
+  Transition t = PrepareEndTxn(e->meta, e->pending.has_value(), fence, producer_id, producer_epoch,
+                               commit, from_client, NowMs());
   if (t.error != ErrorCode::kNone || !t.target.has_value()) {
     if (fence) e->pending.reset();
     return done(t.error);
@@ -284,53 +284,54 @@ void TxnShard::SendMarkers(const std::string& id, TxnPartitions remaining, int a
                                 m.state == TxnState::kPrepareCommit, leader_epoch()});
   }
   std::weak_ptr<bool> alive = alive_;
-  coordinator_.markers().Write(markers, [this, alive, id, markers,
-                                         attempt](std::vector<ErrorCode> errors) {
-    if (alive.expired() || state_ != State::kActive) return;
-    TxnPartitions retry;
-    for (size_t i = 0; i < markers.size(); ++i) {
-      const TxnMarker& mk = markers[i];
-      const ErrorCode error = i < errors.size() ? errors[i] : ErrorCode::kUnknownServerError;
-      if (error == ErrorCode::kNone) continue;
-      const TopicInfo* topic = broker_.metadata.FindTopic(mk.topic);
-      if (error == ErrorCode::kUnknownTopicOrPartition &&
-          (topic == nullptr || topic->partitions.count(mk.partition) == 0)) {
-        // Kafka's rule: a deleted partition needs no marker.
-        kLog()->info("transactional id {}: {}-{} is gone; no marker for it", id, mk.topic,
-                     mk.partition);
-        continue;
-      }
-      if (error == ErrorCode::kInvalidProducerEpoch ||
-          error == ErrorCode::kTransactionCoordinatorFenced) {
-        // The partition has seen a newer epoch or coordinator: nothing to end there.
-        kLog()->error("transactional id {}: the marker for {}-{} was refused ({}); skipping it",
-                      id, mk.topic, mk.partition, protocol::ErrorName(error));
-        continue;
-      }
-      if (attempt == 10 || attempt == 100) {
-        kLog()->warn("transactional id {}: the marker for {}-{} still fails ({}), retrying", id,
-                     mk.topic, mk.partition, protocol::ErrorName(error));
-      }
-      retry.emplace(mk.topic, mk.partition);
-    }
-    if (retry.empty()) return WriteCompletion(id, 0);
-    After(RetryDelay(attempt), [this, id, retry = std::move(retry), attempt] {
-      SendMarkers(id, retry, attempt + 1);
-    });
-  });
+  coordinator_.markers().Write(
+      markers, [this, alive, id, markers, attempt](std::vector<ErrorCode> errors) {
+        if (alive.expired() || state_ != State::kActive) return;
+        TxnPartitions retry;
+        for (size_t i = 0; i < markers.size(); ++i) {
+          const TxnMarker& mk = markers[i];
+          const ErrorCode error = i < errors.size() ? errors[i] : ErrorCode::kUnknownServerError;
+          if (error == ErrorCode::kNone) continue;
+          const TopicInfo* topic = broker_.metadata.FindTopic(mk.topic);
+          if (error == ErrorCode::kUnknownTopicOrPartition &&
+              (topic == nullptr || topic->partitions.count(mk.partition) == 0)) {
+            // Kafka's rule: a deleted partition needs no marker.
+            kLog()->info("transactional id {}: {}-{} is gone; no marker for it", id, mk.topic,
+                         mk.partition);
+            continue;
+          }
+          if (error == ErrorCode::kInvalidProducerEpoch ||
+              error == ErrorCode::kTransactionCoordinatorFenced) {
+            // The partition has seen a newer epoch or coordinator: nothing to end there.
+            kLog()->error("transactional id {}: the marker for {}-{} was refused ({}); skipping it",
+                          id, mk.topic, mk.partition, protocol::ErrorName(error));
+            continue;
+          }
+          if (attempt == 10 || attempt == 100) {
+            kLog()->warn("transactional id {}: the marker for {}-{} still fails ({}), retrying", id,
+                         mk.topic, mk.partition, protocol::ErrorName(error));
+          }
+          retry.emplace(mk.topic, mk.partition);
+        }
+        if (retry.empty()) return WriteCompletion(id, 0);
+        After(RetryDelay(attempt), [this, id, retry = std::move(retry), attempt] {
+          SendMarkers(id, retry, attempt + 1);
+        });
+      });
 }
 
 void TxnShard::WriteCompletion(const std::string& id, int attempt) {
   Entry* e = Find(id);
   if (e == nullptr || state_ != State::kActive) return;
   std::weak_ptr<bool> alive = alive_;
-  WriteTransition(id, PrepareComplete(e->meta, NowMs()), [this, alive, id, attempt](ErrorCode error) {
-    if (error == ErrorCode::kNone || alive.expired() || state_ != State::kActive) return;
-    // NOT_COORDINATOR: the partition moved; its next coordinator completes the transaction
-    // when it loads the Prepare state.
-    if (error == ErrorCode::kNotCoordinator) return;
-    After(RetryDelay(attempt), [this, id, attempt] { WriteCompletion(id, attempt + 1); });
-  });
+  WriteTransition(
+      id, PrepareComplete(e->meta, NowMs()), [this, alive, id, attempt](ErrorCode error) {
+        if (error == ErrorCode::kNone || alive.expired() || state_ != State::kActive) return;
+        // NOT_COORDINATOR: the partition moved; its next coordinator completes the transaction
+        // when it loads the Prepare state.
+        if (error == ErrorCode::kNotCoordinator) return;
+        After(RetryDelay(attempt), [this, id, attempt] { WriteCompletion(id, attempt + 1); });
+      });
 }
 
 // ---- Timers --------------------------------------------------------------------------------
@@ -354,15 +355,17 @@ void TxnShard::AbortTimedOut() {
     const int64_t producer_id = fence.producer_id;
     const int16_t epoch = fence.producer_epoch;
     e->pending = std::move(fence);
-    kLog()->info("transactional id {}: aborting the transaction of producer {} open longer than "
-                 "its timeout ({} ms)",
-                 id, producer_id, e->meta.timeout_ms);
+    kLog()->info(
+        "transactional id {}: aborting the transaction of producer {} open longer than "
+        "its timeout ({} ms)",
+        id, producer_id, e->meta.timeout_ms);
     EndTxnInternal(id, producer_id, epoch, /*commit=*/false, /*from_client=*/false,
                    [id](ErrorCode error) {
                      if (error != ErrorCode::kNone) {
-                       kLog()->warn("transactional id {}: aborting the timed out transaction "
-                                    "failed: {}",
-                                    id, protocol::ErrorName(error));
+                       kLog()->warn(
+                           "transactional id {}: aborting the timed out transaction "
+                           "failed: {}",
+                           id, protocol::ErrorName(error));
                      }
                    });
   }
@@ -420,8 +423,7 @@ TxnCoordinator::TxnCoordinator(BrokerContext& broker, TxnMarkerWriter& markers)
              {"compression.type", "uncompressed"},
              {"unclean.leader.election.enable", "false"},
              {"min.insync.replicas", std::to_string(c.GetInt("transaction.state.log.min.isr"))},
-             {"segment.bytes",
-              std::to_string(c.GetInt("transaction.state.log.segment.bytes"))}}};
+             {"segment.bytes", std::to_string(c.GetInt("transaction.state.log.segment.bytes"))}}};
       }) {}
 
 TxnCoordinator::~TxnCoordinator() { Stop(); }

@@ -118,8 +118,7 @@ class TxnShard {
   // Writes `target` as `id`'s state; on success it becomes the stored state.
   void WriteTransition(const std::string& id, TxnMetadata target, Done done);
   void InitWith(const std::string& id, int32_t timeout_ms,
-                std::optional<ProducerIdAndEpoch> expected, int64_t new_producer_id,
-                InitDone done);
+                std::optional<ProducerIdAndEpoch> expected, int64_t new_producer_id, InitDone done);
   void EndTxnInternal(const std::string& id, int64_t producer_id, int16_t producer_epoch,
                       bool commit, bool from_client, Done done);
   // Writes the markers of `id`'s PrepareCommit/PrepareAbort, then its completion.

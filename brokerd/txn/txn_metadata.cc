@@ -180,8 +180,8 @@ ErrorCode VerifyPartition(const TxnMetadata& m, int64_t producer_id, int16_t pro
 }
 
 Transition PrepareEndTxn(const TxnMetadata& m, bool pending, bool pending_fence,
-                         int64_t producer_id, int16_t producer_epoch, bool commit,
-                         bool from_client, int64_t now_ms) {
+                         int64_t producer_id, int16_t producer_epoch, bool commit, bool from_client,
+                         int64_t now_ms) {
   if (m.producer_id != producer_id) return {ErrorCode::kInvalidProducerIdMapping, std::nullopt};
   // A client must name the current epoch; the coordinator's own abort may carry a bumped one.
   if ((from_client && producer_epoch != m.producer_epoch) || producer_epoch < m.producer_epoch) {
@@ -252,8 +252,7 @@ group::LogRecord EncodeTxnRecord(const TxnMetadata& m) {
   value.transaction_last_update_timestamp_ms = m.last_update_timestamp_ms;
   value.transaction_start_timestamp_ms = m.start_timestamp_ms;
   value.client_transaction_version = m.client_transaction_version;
-  const int16_t version =
-      m.client_transaction_version >= 2 ? kFlexibleValueVersion : kValueVersion;
+  const int16_t version = m.client_transaction_version >= 2 ? kFlexibleValueVersion : kValueVersion;
   return group::LogRecord{Framed(key, kKeyVersion), Framed(value, version)};
 }
 

@@ -6,8 +6,9 @@
 // log; the state changes once the write is stored):
 //
 //   Empty ──AddPartitions──▶ Ongoing ──EndTxn(commit)──▶ PrepareCommit ──markers──▶ CompleteCommit
-//     ▲                       │   └───EndTxn(abort), timeout──▶ PrepareAbort ──markers──▶ CompleteAbort
-//     └──InitProducerId───────┘ (an ongoing transaction is aborted first: PrepareEpochFence)
+//     ▲                       │   └───EndTxn(abort), timeout──▶ PrepareAbort ──markers──▶
+//     CompleteAbort └──InitProducerId───────┘ (an ongoing transaction is aborted first:
+//     PrepareEpochFence)
 //
 // CompleteCommit and CompleteAbort behave as Empty for the next transaction. PrepareEpochFence
 // is never stored: it marks, in memory, an ongoing transaction being aborted with a bumped
@@ -133,8 +134,8 @@ ErrorCode VerifyPartition(const TxnMetadata& m, int64_t producer_id, int16_t pro
 // PrepareAbort; already completed the same way: NONE with no target; a transaction being
 // completed the same way: CONCURRENT_TRANSACTIONS; the other way, or none: INVALID_TXN_STATE.
 Transition PrepareEndTxn(const TxnMetadata& m, bool pending, bool pending_fence,
-                         int64_t producer_id, int16_t producer_epoch, bool commit,
-                         bool from_client, int64_t now_ms);
+                         int64_t producer_id, int16_t producer_epoch, bool commit, bool from_client,
+                         int64_t now_ms);
 // The state after a PrepareCommit/PrepareAbort's markers are all written: CompleteCommit or
 // CompleteAbort with no partitions.
 TxnMetadata PrepareComplete(const TxnMetadata& m, int64_t now_ms);

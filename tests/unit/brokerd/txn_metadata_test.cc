@@ -42,12 +42,12 @@ TEST(TxnMetadataTest, AFirstInitGivesEpochZeroAndARetryOfTheBumpGetsItAgain) {
   ASSERT_EQ(t.error, ErrorCode::kNone);
   EXPECT_EQ(t.target->producer_epoch, 4);
   // Any other epoch, or another producer id, is fenced.
-  EXPECT_EQ(PrepareInitProducerId(bumped, false, kTimeout, ProducerIdAndEpoch{4000, 1}, -1, kNow)
-                .error,
-            ErrorCode::kProducerFenced);
-  EXPECT_EQ(PrepareInitProducerId(bumped, false, kTimeout, ProducerIdAndEpoch{17, 4}, -1, kNow)
-                .error,
-            ErrorCode::kProducerFenced);
+  EXPECT_EQ(
+      PrepareInitProducerId(bumped, false, kTimeout, ProducerIdAndEpoch{4000, 1}, -1, kNow).error,
+      ErrorCode::kProducerFenced);
+  EXPECT_EQ(
+      PrepareInitProducerId(bumped, false, kTimeout, ProducerIdAndEpoch{17, 4}, -1, kNow).error,
+      ErrorCode::kProducerFenced);
 }
 
 TEST(TxnMetadataTest, InitDuringATransactionFencesItAndWhileItEndsIsConcurrent) {
@@ -85,8 +85,7 @@ TEST(TxnMetadataTest, AnExhaustedEpochRotatesTheProducerId) {
   EXPECT_EQ(t.target->producer_id, 9000);
   EXPECT_EQ(t.target->producer_epoch, 0);
   // Another epoch of the old id is fenced.
-  EXPECT_EQ(PrepareInitProducerId(*t.target, false, kTimeout, ProducerIdAndEpoch{4000, 5}, -1,
-                                  kNow)
+  EXPECT_EQ(PrepareInitProducerId(*t.target, false, kTimeout, ProducerIdAndEpoch{4000, 5}, -1, kNow)
                 .error,
             ErrorCode::kProducerFenced);
 }
@@ -114,10 +113,10 @@ TEST(TxnMetadataTest, AddPartitionsStartsATransactionAndChecksTheProducer) {
             ErrorCode::kProducerFenced);
   EXPECT_EQ(PrepareAddPartitions(m, true, 4000, 2, {{"a", 0}}, kNow).error,
             ErrorCode::kConcurrentTransactions);
-  EXPECT_EQ(PrepareAddPartitions(Stored(TxnState::kPrepareCommit, 2), false, 4000, 2, {{"a", 0}},
-                                 kNow)
-                .error,
-            ErrorCode::kConcurrentTransactions);
+  EXPECT_EQ(
+      PrepareAddPartitions(Stored(TxnState::kPrepareCommit, 2), false, 4000, 2, {{"a", 0}}, kNow)
+          .error,
+      ErrorCode::kConcurrentTransactions);
 }
 
 TEST(TxnMetadataTest, VerifyAnswersAsKafkaDoes) {
@@ -152,9 +151,9 @@ TEST(TxnMetadataTest, EndTxnPreparesOnceAndRetriesAreAnsweredByTheState) {
   EXPECT_FALSE(t.target.has_value());
   EXPECT_EQ(PrepareEndTxn(done, false, false, 4000, 2, false, true, kNow).error,
             ErrorCode::kInvalidTxnState);
-  EXPECT_EQ(PrepareEndTxn(Stored(TxnState::kEmpty, 2), false, false, 4000, 2, true, true, kNow)
-                .error,
-            ErrorCode::kInvalidTxnState);
+  EXPECT_EQ(
+      PrepareEndTxn(Stored(TxnState::kEmpty, 2), false, false, 4000, 2, true, true, kNow).error,
+      ErrorCode::kInvalidTxnState);
   // Fencing: a client's epoch must be the current one.
   EXPECT_EQ(PrepareEndTxn(ongoing, false, false, 4000, 1, true, true, kNow).error,
             ErrorCode::kProducerFenced);
