@@ -202,7 +202,10 @@ TEST_F(ProducerStateTest, ACommitMarkerReplayedEndsTheTransaction) {
   ASSERT_TRUE(bytes.ok());
   StatusOr<record::BatchView> b = record::BatchView::Parse(*bytes);
   ASSERT_TRUE(b.ok());
-  state_.ReplayBatch(ProducerBatchHeader::Of(*b), 7);
+  std::optional<CompletedTxn> done =
+      state_.ReplayBatch(ProducerBatchHeader::Of(*b), record::EndTxnMarker{true, 7});
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(*done, (CompletedTxn{kPid, 0, 1, /*aborted=*/false}));
   EXPECT_EQ(state_.Find(kPid)->txn_first_offset, -1);
   EXPECT_EQ(state_.Find(kPid)->coordinator_epoch, 7);
   EXPECT_EQ(state_.Find(kPid)->last_timestamp, 5000);
