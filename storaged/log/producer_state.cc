@@ -241,8 +241,8 @@ std::optional<CompletedTxn> ProducerStateManager::ReplayBatch(
 void ProducerStateManager::Store(int64_t producer_id, const ProducerEntry& entry) {
   ProducerEntry& slot = producers_[producer_id];
   if (slot.txn_first_offset != entry.txn_first_offset) {
-    if (slot.txn_first_offset >= 0) ongoing_.erase(slot.txn_first_offset);
-    if (entry.txn_first_offset >= 0) ongoing_[entry.txn_first_offset] = producer_id;
+    if (slot.txn_first_offset >= 0) ongoing_.erase({slot.txn_first_offset, producer_id});
+    if (entry.txn_first_offset >= 0) ongoing_.insert({entry.txn_first_offset, producer_id});
   }
   slot = entry;
 }
@@ -380,7 +380,7 @@ Status ProducerStateManager::LoadSnapshot(std::string_view bytes) {
   producers_ = std::move(loaded);
   ongoing_.clear();
   for (const auto& [id, entry] : producers_) {
-    if (entry.txn_first_offset >= 0) ongoing_[entry.txn_first_offset] = id;
+    if (entry.txn_first_offset >= 0) ongoing_.insert({entry.txn_first_offset, id});
   }
   dirty_ = false;
   return absl::OkStatus();

@@ -52,8 +52,8 @@
 
 #include <array>
 #include <cstdint>
-#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -242,9 +242,10 @@ class ProducerStateManager {
   // Stores `entry` as the producer's, keeping ongoing_ in step.
   void Store(int64_t producer_id, const ProducerEntry& entry);
   absl::flat_hash_map<int64_t, ProducerEntry> producers_;
-  // The ongoing transactions: first offset -> producer id (what the last stable offset is
-  // computed from without visiting every producer).
-  std::map<int64_t, int64_t> ongoing_;
+  // The ongoing transactions as (first offset, producer id), in offset order: what the last
+  // stable offset is computed from without visiting every producer. (A pair, so that a
+  // snapshot naming one first offset twice loses neither.)
+  std::set<std::pair<int64_t, int64_t>> ongoing_;
   bool dirty_ = false;
 };
 
