@@ -84,10 +84,10 @@ class Broker {
   AppendStream append_stream_;
   AppendBatcher appends_;
   ProducerIdManager producer_ids_;
+  TxnMarkerWriter txn_markers_;
   BrokerContext context_;
   group::Coordinator groups_;  // built after context_ (whose config it reads), which names it
-  TxnMarkerWriter markers_;
-  txn::TxnCoordinator txns_;  // as groups_
+  txn::TxnCoordinator txns_;   // as groups_
   StorageReconciler reconciler_;
   Dispatcher dispatcher_;
   KafkaServer server_;

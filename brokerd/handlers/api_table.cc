@@ -44,6 +44,7 @@ std::span<const ApiEntry> SupportedApis() {
       {ApiKey::kEndTxn, 0, 4, &HandleEndTxn},
       {ApiKey::kDescribeTransactions, 0, 0, &HandleDescribeTransactions},
       {ApiKey::kListTransactions, 0, 2, &HandleListTransactions},
+      {ApiKey::kWriteTxnMarkers, 1, 2, &HandleWriteTxnMarkers},
   };
   return kApis;
 }

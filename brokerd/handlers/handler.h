@@ -51,11 +51,11 @@ struct BrokerContext {
   group::Coordinator& groups;
   // Producer ids for InitProducerId, from the controller's blocks.
   ProducerIdManager& producer_ids;
+  // Transaction markers to partitions led here (WriteTxnMarkers, the transaction coordinator).
+  TxnMarkerWriter& txn_markers;
   // The transaction coordinator (InitProducerId with a transactional id, AddPartitionsToTxn,
   // EndTxn, ...).
   txn::TxnCoordinator& txns;
-  // Transaction markers (the coordinator's, and the WriteTxnMarkers API's).
-  TxnMarkerWriter& markers;
   // Work waiting on the loop (long-poll fetches, WaitForMetadata) registers how to end it
   // early, and is owned by its entry until it ends; the broker runs these when it stops,
   // before the listeners and connections close, so each ends as at its timeout.
@@ -87,6 +87,7 @@ void HandleListOffsets(BrokerContext&, std::unique_ptr<RequestContext>, Respond)
 void HandleDeleteRecords(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDescribeLogDirs(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleOffsetForLeaderEpoch(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleWriteTxnMarkers(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleMetadata(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleCreateTopics(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDeleteTopics(BrokerContext&, std::unique_ptr<RequestContext>, Respond);

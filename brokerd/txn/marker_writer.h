@@ -1,17 +1,17 @@
-// Transaction markers: the control batches that end a producer's transaction in a partition
-// (Kafka's WriteTxnMarkers, as the partition leader applies it). The transaction coordinator
-// writes them after PrepareCommit/PrepareAbort; the WriteTxnMarkers API writes them for an
-// operator aborting a hanging transaction (kafka-transactions.sh abort).
+// Writes transaction markers (COMMIT / ABORT control batches, common/record/control.h) to
+// partitions this broker leads: what the transaction coordinator does to end a
+// transaction, and what WriteTxnMarkers (key 27) asks of a partition leader.
 //
-// A marker is one control batch in Kafka's format (common/record/control.h). It goes to
-// storaged as a coordinator-origin append through the AppendBatcher (the
-// produce path, so it lands after every batch of the transaction already sent there);
-// storaged ends the producer's transaction in its state (producer_state.h) and refuses a
-// marker of an older producer epoch (INVALID_PRODUCER_EPOCH) or coordinator epoch
-// (TRANSACTION_COORDINATOR_FENCED).
+// Each marker is a coordinator-origin append (storage.proto's AppendPartition
+// coordinator_origin) through the AppendBatcher, so storaged checks it as Kafka's
+// AppendOrigin.COORDINATOR (epochs, not sequences), indexes an abort in the segment's
+// .txnindex and moves the partition's last stable offset; the append's answer moves
+// PartitionView at once, so a read_committed fetch waiting on the partition wakes.
 //
-// Observers hear of each stored marker, on the loop (the group coordinator makes a
-// transaction's offsets visible or drops them).
+// Errors per marker, in Kafka's order: a topic or partition unknown to the metadata is
+// UNKNOWN_TOPIC_OR_PARTITION; one this broker does not lead, or whose log storaged does not
+// hold, NOT_LEADER_OR_FOLLOWER; then storaged's answer (INVALID_PRODUCER_EPOCH,
+// TRANSACTION_COORDINATOR_FENCED, KAFKA_STORAGE_ERROR, ...), or the failed call's error.
 //
 // Loop thread only.
 #pragma once
@@ -22,11 +22,12 @@
 #include <string>
 #include <vector>
 
+#include "brokerd/controller/metadata_cache.h"
+#include "brokerd/storage/append_batcher.h"
+#include "brokerd/storage/partition_view.h"
 #include "common/protocol/error_code.h"
 
 namespace runnel::brokerd {
-
-struct BrokerContext;
 
 struct TxnMarker {
   std::string topic;
@@ -35,30 +36,40 @@ struct TxnMarker {
   int16_t producer_epoch = -1;
   bool commit = false;
   int32_t coordinator_epoch = 0;
+  // WriteTxnMarkers' TransactionVersion: 2 when the coordinator bumped the producer epoch for
+  // this marker (it must then be above the partition's), 0 before.
+  int8_t transaction_version = 0;
 };
 
 class TxnMarkerWriter {
  public:
   using Done = std::function<void(std::vector<protocol::ErrorCode>)>;
+  using Observer = std::function<void(const TxnMarker&)>;
 
-  explicit TxnMarkerWriter(BrokerContext& broker);
+  static constexpr std::chrono::milliseconds kAppendTimeout{30000};
+
+  TxnMarkerWriter(MetadataCache& metadata, PartitionView& partitions, AppendBatcher& appends,
+                  int32_t node_id, std::function<int64_t()> now_ms = nullptr);
   virtual ~TxnMarkerWriter() = default;
 
-  // Writes every marker; `done` runs on the loop, never inside this call, with one error per
-  // marker in order: NONE once stored (acks=all), UNKNOWN_TOPIC_OR_PARTITION,
-  // NOT_LEADER_OR_FOLLOWER (not led here, or storaged does not hold it), or storaged's answer.
-  // Virtual for tests of the coordinator.
+  // Writes every marker (those of one partition in order) and calls `done` once, on the
+  // loop, with one error code per marker in the same order (NONE when stored). Virtual for
+  // the transaction coordinator's tests.
   virtual void Write(std::vector<TxnMarker> markers, Done done);
-
-  void AddObserver(std::function<void(const TxnMarker&)> observer);
-
- protected:
-  // Tells the observers of a stored marker.
-  void Notify(const TxnMarker& marker);
+  // Runs `observer` on the loop after each marker is stored (not for failed ones), before
+  // `done` of its Write.
+  void AddObserver(Observer observer) { observers_.push_back(std::move(observer)); }
 
  private:
-  BrokerContext& broker_;
-  std::vector<std::function<void(const TxnMarker&)>> observers_;
+  // The metadata checks of one marker; sets `*leader_epoch` when they pass.
+  protocol::ErrorCode Check(const TxnMarker& marker, int32_t* leader_epoch) const;
+
+  MetadataCache& metadata_;
+  PartitionView& partitions_;
+  AppendBatcher& appends_;
+  int32_t node_id_;
+  std::function<int64_t()> now_ms_;
+  std::vector<Observer> observers_;
 };
 
 }  // namespace runnel::brokerd

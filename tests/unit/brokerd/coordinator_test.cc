@@ -182,15 +182,15 @@ class ShardTest : public RealStorageTest {
            ControllerClient& controller, StorageClient& storage, PartitionView& partitions,
            AppendBatcher& appends)
         : producer_ids([](ProducerIdManager::Allocated) {}),
-          context{loop,       config,  metadata, controller,   1,    storage,
-                  partitions, appends, groups,   producer_ids, txns, markers},
+          txn_markers(metadata, partitions, appends, 1),
+          context{loop,       config,  metadata, controller,   1,           storage,
+                  partitions, appends, groups,   producer_ids, txn_markers, txns},
           groups(context),
-          markers(context),
-          txns(context, markers) {}
+          txns(context, txn_markers) {}
     ProducerIdManager producer_ids;  // unused: no InitProducerId here
+    TxnMarkerWriter txn_markers;     // unused: no transactions here
     BrokerContext context;
     Coordinator groups;
-    TxnMarkerWriter markers;
     txn::TxnCoordinator txns;  // idle
   };
   std::unique_ptr<Wiring> wiring_;

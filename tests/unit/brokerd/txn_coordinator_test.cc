@@ -187,17 +187,17 @@ class TxnShardTest : public RealStorageTest {
             next_block += 1000;
             done(grpc::Status::OK, r);
           }),
-          context{loop,       config,  metadata, controller,   1,    storage,
-                  partitions, appends, groups,   producer_ids, txns, markers},
+          markers(metadata, partitions, appends, 1),
+          context{loop,       config,  metadata, controller,   1,       storage,
+                  partitions, appends, groups,   producer_ids, markers, txns},
           groups(context),
-          markers(context),
           txns(context, markers) {}
     int64_t next_block = 5000;
     ProducerIdManager producer_ids;
+    FakeMarkers markers;
     BrokerContext context;
     group::Coordinator groups;  // idle
-    FakeMarkers markers;
-    TxnCoordinator txns;  // its config; the shards are the test's
+    TxnCoordinator txns;        // its config; the shards are the test's
   };
   std::unique_ptr<Wiring> wiring_;
   std::unique_ptr<TxnShard> shard_;
