@@ -546,8 +546,8 @@ TEST_F(ShardTest, TxnCommitWithAnOldEpochIsFenced) {
   EXPECT_EQ(Offsets("g").at({"t", 0}).offset, 10);
 }
 
-// A marker stored while the shard loads (the observer finds it loading) is replayed by the
-// load, which reads on to the new log end.
+// A shard told of a marker while it loads (the observer finds it loading) reads on to the log
+// end once more before it is active: the marker is replayed, once, and the load finishes.
 TEST_F(ShardTest, MarkerDuringLoadIsReplayed) {
   LoadShard();
   ASSERT_EQ(TxnCommit("g", 1, 0, {C("t", 0, 10)}), ErrorCode::kNone);
