@@ -86,8 +86,9 @@ Broker::Broker(const config::Config& config)
         req.set_broker_epoch(broker_epoch_);
         controller_.AllocateProducerIds(req, std::chrono::seconds(10), std::move(done));
       }),
-      context_{loop_,    config_,     metadata_, controller_, node_id_,
-               storage_, partitions_, appends_,  groups_,     producer_ids_},
+      txn_markers_(metadata_, partitions_, appends_, node_id_),
+      context_{loop_,       config_,  metadata_, controller_,   node_id_,    storage_,
+               partitions_, appends_, groups_,   producer_ids_, txn_markers_},
       groups_(context_),
       reconciler_(loop_, metadata_, partitions_, storage_, node_id_,
                   [](const MetadataCache& cache, const TopicInfo& topic) {

@@ -25,6 +25,7 @@
 #include "brokerd/storage/partition_view.h"
 #include "brokerd/storage/storage_client.h"
 #include "brokerd/storage/storage_reconciler.h"
+#include "brokerd/txn/marker_writer.h"
 #include "brokerd/txn/producer_id_manager.h"
 #include "common/config/config.h"
 
@@ -82,6 +83,7 @@ class Broker {
   AppendStream append_stream_;
   AppendBatcher appends_;
   ProducerIdManager producer_ids_;
+  TxnMarkerWriter txn_markers_;
   BrokerContext context_;
   group::Coordinator groups_;  // built after context_ (whose config it reads), which names it
   StorageReconciler reconciler_;

@@ -69,6 +69,11 @@ bool FetchSession::Answered(const std::string& topic, const protocol::Uuid& topi
     must = true;
     p.log_start_offset = out.log_start_offset;
   }
+  // A transaction's end moves the last stable offset (Kafka answers that too).
+  if (p.last_stable_offset != out.last_stable_offset) {
+    must = true;
+    p.last_stable_offset = out.last_stable_offset;
+  }
   if (has_records) partitions_.splice(partitions_.end(), partitions_, it->second);
   return must;
 }

@@ -48,6 +48,7 @@ class FetchSession {
     // so that the answer after the error is sent.
     int64_t high_watermark = -1;
     int64_t log_start_offset = -1;
+    int64_t last_stable_offset = -1;
   };
 
   // A new session's next epoch is 1 (tests may start elsewhere).

@@ -59,6 +59,7 @@ void FillState(const Log& log, storage::PartitionState* out) {
   out->set_log_start_offset(s.log_start_offset);
   out->set_log_end_offset(s.log_end_offset);
   out->set_high_watermark(s.high_watermark);
+  out->set_last_stable_offset(s.last_stable_offset);
   out->set_size_bytes(s.size_bytes);
   out->set_segments(s.segments);
   out->set_recovery_point(s.recovery_point);
@@ -339,6 +340,7 @@ grpc::Status StorageServiceImpl::AppendOwned(storage::AppendRequest* request,
       out->set_log_append_time(-1);
       out->set_log_start_offset(-1);
       out->set_high_watermark(-1);
+      out->set_last_stable_offset(-1);
       ErrorCode error;
       std::shared_ptr<Log> log = FindLog(logs_, p.topic(), p.partition(), &error);
       if (!log) {
@@ -364,6 +366,7 @@ grpc::Status StorageServiceImpl::AppendOwned(storage::AppendRequest* request,
       out->set_log_append_time(r.log_append_time);
       out->set_log_start_offset(r.log_start_offset);
       out->set_high_watermark(r.high_watermark);
+      out->set_last_stable_offset(r.last_stable_offset);
       out->set_topic_id(log->topic_id());
       if (r.error == ErrorCode::kNone) ToProto(r.range, out->mutable_range());
     }
@@ -437,10 +440,10 @@ grpc::Status StorageServiceImpl::Read(grpc::ServerContext*, const storage::ReadR
       bool min_one = p.min_one_batch() && (!bounded || used == 0);
       std::optional<int64_t> max_offset;
       if (p.has_max_offset()) max_offset = p.max_offset();
-      ReadResult r = log->Read(p.offset(), max_bytes, min_one, max_offset);
+      ReadResult r = log->Read(p.offset(), max_bytes, min_one, max_offset, p.read_committed());
       out->set_error_code(ToWire(r.error));
       out->set_high_watermark(r.high_watermark);
-      out->set_last_stable_offset(r.high_watermark);
+      out->set_last_stable_offset(r.last_stable_offset);
       out->set_log_start_offset(r.log_start_offset);
       out->set_log_end_offset(r.log_end_offset);
       if (r.error != ErrorCode::kNone) continue;
@@ -457,6 +460,11 @@ grpc::Status StorageServiceImpl::Read(grpc::ServerContext*, const storage::ReadR
       for (int i = 0; i < kept; ++i) {
         ToProto(r.ranges[i], out->add_ranges());
         used += r.ranges[i].length;
+      }
+      for (const AbortedTxn& txn : r.aborted) {
+        storage::AbortedTransaction* a = out->add_aborted_transactions();
+        a->set_producer_id(txn.producer_id);
+        a->set_first_offset(txn.first_offset);
       }
     }
     return grpc::Status::OK;
@@ -480,7 +488,7 @@ grpc::Status StorageServiceImpl::ListOffsets(grpc::ServerContext*,
         out->set_error_code(ToWire(error));
         continue;
       }
-      OffsetLookup r = log->ListOffset(p.timestamp());
+      OffsetLookup r = log->ListOffset(p.timestamp(), p.isolation_level() == 1);
       out->set_error_code(ToWire(r.error));
       out->set_offset(r.offset);
       out->set_timestamp(r.timestamp);

@@ -40,6 +40,7 @@ std::span<const ApiEntry> SupportedApis() {
       {ApiKey::kHeartbeat, 0, 4, &HandleHeartbeat},
       {ApiKey::kLeaveGroup, 0, 5, &HandleLeaveGroup},
       {ApiKey::kInitProducerId, 0, 5, &HandleInitProducerId},
+      {ApiKey::kWriteTxnMarkers, 1, 2, &HandleWriteTxnMarkers},
   };
   return kApis;
 }

@@ -16,6 +16,14 @@
 //
 // An answer carries at most the node's fetch.max.bytes of records, whatever more the
 // request's max_bytes allows (Kafka's broker key; Runnel's default is smaller, see keys.cc).
+//
+// READ_COMMITTED (isolation level 1): a partition's records end at its last stable offset
+// (the first offset of its earliest ongoing transaction), and the answer lists the aborted
+// transactions overlapping them (storaged's transaction indexes), so the consumer drops
+// their records. Such reads always go to storaged (the tail of appends knows no
+// transactions); a fetch at the last stable offset waits for it to move (a marker's append
+// answer moves it at once). Every answer carries the partition's last stable offset; only
+// READ_UNCOMMITTED answers have null aborted_transactions, as in Kafka.
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -161,9 +169,10 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
         continue;
       }
       p.out.high_watermark = st->high_watermark;
-      p.out.last_stable_offset = st->high_watermark;
+      p.out.last_stable_offset = st->last_stable_offset;
       p.out.log_start_offset = st->log_start_offset;
-      if (p.in.fetch_offset == st->high_watermark && p.in.fetch_offset >= st->log_start_offset) {
+      const int64_t readable = read_committed ? st->last_stable_offset : st->high_watermark;
+      if (p.in.fetch_offset == readable && p.in.fetch_offset >= st->log_start_offset) {
         continue;  // nothing to read yet
       }
       storage::ReadPartition* r = read.add_partitions();
@@ -172,13 +181,14 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
       r->set_offset(p.in.fetch_offset);
       r->set_max_bytes(std::max(p.in.partition_max_bytes, 0));
       r->set_min_one_batch(true);
+      if (read_committed) r->set_read_committed(true);
       reading_parts.push_back(i);
     }
     if (reading_parts.empty()) {
       if (any_error || !MayWait()) return Finish();
       return Wait();
     }
-    if (AnswerFromTail(reading_parts, any_error)) return;
+    if (!read_committed && AnswerFromTail(reading_parts, any_error)) return;
     read.set_max_total_bytes(std::max(max_bytes, 1));
     state = State::kReading;
     auto self = shared_from_this();
@@ -262,6 +272,13 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
       p.out.high_watermark = r.high_watermark();
       p.out.last_stable_offset = r.last_stable_offset();
       p.out.log_start_offset = r.log_start_offset();
+      if (read_committed) {
+        p.out.aborted_transactions->reserve(r.aborted_transactions_size());
+        for (const storage::AbortedTransaction& a : r.aborted_transactions()) {
+          p.out.aborted_transactions->push_back(
+              {.producer_id = ProducerId(a.producer_id()), .first_offset = a.first_offset()});
+        }
+      }
       for (const storage::FileRange& range : r.ranges()) {
         auto file = OpenFile(range.path(), range.inode());
         // Gone or replaced since storaged answered: send what came before (whole batches);
@@ -272,7 +289,10 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
         total += range.length();
       }
       const StoredPartition* st = broker.partitions.Find(p.name, p.in.partition);
-      if (st != nullptr && st->high_watermark > r.high_watermark()) stale = true;
+      if (st != nullptr && (read_committed ? st->last_stable_offset > r.last_stable_offset()
+                                           : st->high_watermark > r.high_watermark())) {
+        stale = true;
+      }
     }
     if (AnswerNow(total, any_error)) return Finish();
     // Data arrived between the read and now: read again rather than wait for the next change.
@@ -312,6 +332,7 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
             .in = p.in,
             .high_watermark = ok ? p.out.high_watermark : -1,
             .log_start_offset = p.out.log_start_offset,
+            .last_stable_offset = p.out.last_stable_offset,
         });
       }
       // Consecutive partitions of one topic share its entry, as in Kafka's answers.

@@ -33,6 +33,7 @@ namespace group {
 class Coordinator;  // brokerd/group/coordinator.h
 }
 class ProducerIdManager;  // brokerd/txn/producer_id_manager.h
+class TxnMarkerWriter;    // brokerd/txn/marker_writer.h
 
 struct BrokerContext {
   EventLoop& loop;
@@ -47,6 +48,8 @@ struct BrokerContext {
   group::Coordinator& groups;
   // Producer ids for InitProducerId, from the controller's blocks.
   ProducerIdManager& producer_ids;
+  // Transaction markers to partitions led here (WriteTxnMarkers, the transaction coordinator).
+  TxnMarkerWriter& txn_markers;
   // Work waiting on the loop (long-poll fetches, WaitForMetadata) registers how to end it
   // early, and is owned by its entry until it ends; the broker runs these when it stops,
   // before the listeners and connections close, so each ends as at its timeout.
@@ -78,6 +81,7 @@ void HandleListOffsets(BrokerContext&, std::unique_ptr<RequestContext>, Respond)
 void HandleDeleteRecords(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDescribeLogDirs(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleOffsetForLeaderEpoch(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleWriteTxnMarkers(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleMetadata(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleCreateTopics(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDeleteTopics(BrokerContext&, std::unique_ptr<RequestContext>, Respond);

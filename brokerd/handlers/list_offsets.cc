@@ -13,10 +13,12 @@
 // leader epoch (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH), leadership (a debugging client,
 // replica id -2, may ask any local copy). Then one storaged call for all partitions.
 //
-// What a consumer (replica id -1) may see ends at the high watermark, or at the last stable
-// offset for read_committed; storaged's "latest" is its log end offset, which is both on a
-// single replica with no transactions. Kafka answers "latest" with the partition's current
-// leader epoch, which is taken from the metadata here.
+// What a consumer (replica id -1) may see ends at the high watermark (the log end offset on
+// a single replica), or at the last stable offset for read_committed (isolation level 1,
+// v2+): storaged answers "latest" with it then, and a timestamp lookup (max timestamp
+// included) that finds an offset at or past it finds none (-1, -1), Kafka's rule. Kafka
+// answers "latest" with the partition's current leader epoch, which is taken from the
+// metadata here.
 #include <map>
 #include <memory>
 
@@ -91,6 +93,7 @@ void HandleListOffsets(BrokerContext& broker, std::unique_ptr<RequestContext> ct
       lp->set_topic(topic.name);
       lp->set_partition(partition.partition_index);
       lp->set_timestamp(partition.timestamp);
+      lp->set_isolation_level(req.isolation_level);
       pending->slots.push_back({&out, partition.timestamp, p->leader_epoch});
     }
   }

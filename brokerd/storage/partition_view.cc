@@ -50,6 +50,8 @@ void PartitionView::Apply(const storage::PartitionChange& change, bool snapshot)
           grow_only ? std::max(p.log_end_offset, s.log_end_offset()) : s.log_end_offset();
       p.high_watermark =
           grow_only ? std::max(p.high_watermark, s.high_watermark()) : s.high_watermark();
+      p.last_stable_offset = grow_only ? std::max(p.last_stable_offset, s.last_stable_offset())
+                                       : s.last_stable_offset();
       p.size_bytes = s.size_bytes();
       p.tail.DropBelow(p.log_start_offset);
     }
@@ -65,13 +67,15 @@ void PartitionView::Apply(const storage::PartitionChange& change, bool snapshot)
 }
 
 void PartitionView::Advance(const std::string& topic, int32_t partition,
-                            const std::string& topic_id, int64_t high_watermark) {
+                            const std::string& topic_id, int64_t high_watermark,
+                            int64_t last_stable_offset) {
   StoredPartition* found = Lookup(topic, partition);
   if (found == nullptr || found->topic_id != topic_id) return;
   StoredPartition& p = *found;
-  if (high_watermark <= p.high_watermark) return;
-  p.high_watermark = high_watermark;
+  if (high_watermark <= p.high_watermark && last_stable_offset <= p.last_stable_offset) return;
+  p.high_watermark = std::max(p.high_watermark, high_watermark);
   p.log_end_offset = std::max(p.log_end_offset, high_watermark);
+  p.last_stable_offset = std::max(p.last_stable_offset, last_stable_offset);
   waiters_.Fire(PartitionKey(topic, partition));
 }
 
@@ -95,7 +99,7 @@ std::optional<std::vector<TailSlice>> PartitionView::ReadTail(const std::string&
 void PartitionView::AppendAnswered(const storage::AppendPartitionResult& r) {
   if (r.error_code() != 0) return;
   Appended(r.topic(), r.partition(), r.topic_id(), r.base_offset(), r.last_offset(), r.range());
-  Advance(r.topic(), r.partition(), r.topic_id(), r.high_watermark());
+  Advance(r.topic(), r.partition(), r.topic_id(), r.high_watermark(), r.last_stable_offset());
 }
 
 void PartitionView::RaiseLogStart(const std::string& topic, int32_t partition,

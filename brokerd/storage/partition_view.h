@@ -1,6 +1,6 @@
 // brokerd's view of the partitions its storaged holds, kept from storaged's WatchPartitions
-// stream and moved ahead by the answers to this brokerd's appends: log start, log end and
-// high watermark per partition. Loop thread only.
+// stream and moved ahead by the answers to this brokerd's appends: log start, log end, high
+// watermark and last stable offset per partition. Loop thread only.
 //
 // It owns the two things that must change with those offsets, each a class of its own:
 // - PartitionWaiters (partition_waiters.h): long-poll fetches waiting for a partition to
@@ -33,6 +33,9 @@ struct StoredPartition {
   int64_t log_start_offset = 0;
   int64_t log_end_offset = 0;
   int64_t high_watermark = 0;
+  // The first offset of the earliest ongoing transaction, else the high watermark: where a
+  // read_committed fetch stops.
+  int64_t last_stable_offset = 0;
   int64_t size_bytes = 0;
   // Where the latest appends this brokerd made lie (see AppendTail).
   AppendTail tail;
@@ -49,15 +52,16 @@ class PartitionView {
 
   // Applies one message of the watch stream; a snapshot replaces everything known.
   void Apply(const storage::PartitionChange& change, bool snapshot);
-  // An append to the log of `topic_id` was answered with `high_watermark`: moves the
-  // partition's high watermark and log end up to it (never down) and runs its watches, ahead
-  // of the stream's message about the same append. Ignored when the partition is not known
-  // or is another log now (deleted and created again). It is not a message of the stream:
-  // the OnLayoutChange and OnNextChange listeners do not run.
-  // A stream message taken before the append may still arrive after it: it does not set the
-  // high watermark back (within one log it only grows; a snapshot sets it as it is).
+  // An append to the log of `topic_id` was answered with `high_watermark` and
+  // `last_stable_offset`: moves the partition's high watermark, log end and last stable
+  // offset up to them (never down; -1 leaves the last stable offset) and runs its watches
+  // when one moved, ahead of the stream's message about the same append. Ignored when the partition
+  // is not known or is another log now (deleted and created again). It is not a message of the
+  // stream: the OnLayoutChange and OnNextChange listeners do not run. A stream message taken before
+  // the append may still arrive after it: it does not set the high watermark back (within one log
+  // it only grows; a snapshot sets it as it is).
   void Advance(const std::string& topic, int32_t partition, const std::string& topic_id,
-               int64_t high_watermark);
+               int64_t high_watermark, int64_t last_stable_offset = -1);
   // An append to the log of `topic_id` was answered: its batches are offsets
   // [base_offset, last_offset] and lie at `range` (AppendTail::Add). Ignored as Advance is.
   void Appended(const std::string& topic, int32_t partition, const std::string& topic_id,

@@ -143,10 +143,10 @@ class BatchReader {
   int64_t buf_start_ = 0;
 };
 
-// Deletes the three files of a cleaned copy at `base` (and forgets the .log's handle, so a
-// later copy at the same base is not written through a handle of the unlinked file).
+// Deletes the files of a cleaned copy at `base` (and forgets the .log's handle, so a later
+// copy at the same base is not written through a handle of the unlinked file).
 void RemoveCleanedFiles(Log& log, int64_t base) {
-  for (std::string_view kind : {kLogSuffix, kIndexSuffix, kTimeIndexSuffix}) {
+  for (std::string_view kind : {kLogSuffix, kIndexSuffix, kTimeIndexSuffix, kTxnIndexSuffix}) {
     std::string path = SegmentFilePath(log.dir(), base, kind) + std::string(kCleanedSuffix);
     if (kind == kLogSuffix) log.files()->Forget(path);
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {

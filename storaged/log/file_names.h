@@ -4,6 +4,8 @@
 //       00000000000000000000.log                   segment: record batches, 20-digit base offset
 //       00000000000000000000.index                 offset index of that segment
 //       00000000000000000000.timeindex             time index of that segment
+//       00000000000000000000.txnindex              aborted transactions of that segment
+//                                                  (only once it has one; txn_index.h)
 //       leader-epoch-checkpoint                    leader epoch -> start offset
 //       partition.metadata                         topic id
 //       <base>.log.deleted (and .index.deleted...) a segment removed by retention, unlinked later
@@ -26,6 +28,7 @@ namespace runnel::storaged {
 inline constexpr std::string_view kLogSuffix = ".log";
 inline constexpr std::string_view kIndexSuffix = ".index";
 inline constexpr std::string_view kTimeIndexSuffix = ".timeindex";
+inline constexpr std::string_view kTxnIndexSuffix = ".txnindex";
 inline constexpr std::string_view kDeletedSuffix = ".deleted";
 inline constexpr std::string_view kCleanedSuffix = ".cleaned";
 inline constexpr std::string_view kSwapSuffix = ".swap";

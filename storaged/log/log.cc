@@ -49,7 +49,7 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
 
 // "<20 digits>.<kind><suffix>" -> base offset, for any of the three segment file kinds.
 std::optional<int64_t> SegmentBaseOf(std::string_view name, std::string_view suffix) {
-  for (std::string_view kind : {kLogSuffix, kIndexSuffix, kTimeIndexSuffix}) {
+  for (std::string_view kind : {kLogSuffix, kIndexSuffix, kTimeIndexSuffix, kTxnIndexSuffix}) {
     std::string full = std::string(kind) + std::string(suffix);
     if (std::optional<int64_t> base = ParseSegmentFileName(name, full)) return base;
   }
@@ -138,13 +138,15 @@ Status Log::RemoveLeftovers(LoadReport* report) {
     std::optional<int64_t> base =
         ParseSegmentFileName(name, std::string(kLogSuffix) + std::string(kSwapSuffix));
     if (!base) continue;
-    for (std::string_view kind : {kLogSuffix, kIndexSuffix, kTimeIndexSuffix}) {
+    for (std::string_view kind : {kLogSuffix, kIndexSuffix, kTimeIndexSuffix, kTxnIndexSuffix}) {
       std::string final_path = SegmentFilePath(dir, *base, kind);
       std::string swap_path = final_path + std::string(kSwapSuffix);
       if (::access(swap_path.c_str(), F_OK) == 0) {
         RUNNEL_RETURN_IF_ERROR(RenameFile(swap_path, final_path));
       } else if (kind != kLogSuffix) {
-        // No index came with the swap: the old one must not survive; it is rebuilt.
+        // No index came with the swap: the old one must not survive; an offset or time
+        // index is rebuilt. (A cleaned copy holds a .txnindex exactly when its segments
+        // had aborted transactions, so none came when there were none.)
         ::unlink(final_path.c_str());
       }
     }
@@ -351,6 +353,7 @@ Status Log::LoadProducerStateLocked(bool snapshot_is_state, std::vector<std::str
   // A damaged latest snapshot: the older one is not the state, replay from it.
   if (snapshot_is_state && !damaged) {
     producers_.MarkSnapshotted();
+    first_unstable_offset_.store(producers_.FirstUnstableOffset());
     return absl::OkStatus();
   }
   for (const std::shared_ptr<Segment>& seg : Segments()) {
@@ -369,23 +372,37 @@ Status Log::LoadProducerStateLocked(bool snapshot_is_state, std::vector<std::str
           h.max_timestamp = loc.max_timestamp;
           h.transactional = (loc.attributes & 0x10) != 0;
           h.control = (loc.attributes & 0x20) != 0;
-          int32_t coordinator_epoch = -1;
+          std::optional<record::EndTxnMarker> marker;
           if (h.control) {
-            // A transaction marker's value: version int16, coordinator epoch int32.
             replayed = seg->ForEachRecordIn(loc, [&](int64_t, int64_t, const record::Record& r) {
-              if (r.value && r.value->size() >= 6) {
-                coordinator_epoch = int32_t(LoadBigEndian32(r.value->data() + 2));
-              }
+              record::EndTxnMarker m;
+              // Not a transaction marker: no state change, as an empty control batch.
+              if (record::ParseEndTxnMarker(r, &m).ok()) marker = m;
               return false;
             });
             if (!replayed.ok()) return false;
           }
-          producers_.ReplayBatch(h, coordinator_epoch);
-          return true;
+          replayed = ReplayLocked(h, marker, *seg);
+          return replayed.ok();
         }));
     RUNNEL_RETURN_IF_ERROR(replayed);
   }
+  first_unstable_offset_.store(producers_.FirstUnstableOffset());
   return absl::OkStatus();
+}
+
+Status Log::ReplayLocked(const ProducerBatchHeader& batch,
+                         const std::optional<record::EndTxnMarker>& marker, Segment& segment) {
+  std::optional<CompletedTxn> done = producers_.ReplayBatch(batch, marker);
+  // An abort whose entry the segment's index lacks (written after its last sync, or the
+  // index was damaged): added as the append did.
+  if (!done || !done->aborted || segment.txn_index().last_offset() >= done->last_offset) {
+    return absl::OkStatus();
+  }
+  int64_t stable = producers_.FirstUnstableOffsetExcept(done->producer_id);
+  if (stable < 0) stable = done->last_offset + 1;
+  return segment.txn_index().Append(
+      {done->producer_id, done->first_offset, done->last_offset, stable});
 }
 
 Status Log::WriteProducerSnapshotLocked(int64_t offset, bool sync) {
@@ -471,6 +488,7 @@ LogState Log::State() const {
   s.log_start_offset = log_start_offset_.load();
   s.log_end_offset = log_end_offset_.load();
   s.high_watermark = s.log_end_offset;  // a single replica: everything appended is committed
+  s.last_stable_offset = LastStableOffset();
   s.recovery_point = recovery_point_.load();
   MutexLock lock(&segments_mu_);
   for (const auto& [base, seg] : segments_) s.size_bytes += seg->size();
@@ -485,6 +503,7 @@ void Log::Notify() {
   s.log_start_offset = log_start_offset_.load();
   s.log_end_offset = log_end_offset_.load();
   s.high_watermark = s.log_end_offset;
+  s.last_stable_offset = LastStableOffset();
   s.recovery_point = recovery_point_.load();
   options_.on_change(tp(), s);
 }
@@ -699,7 +718,19 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
   if (!written.ok()) return WriteFailed(written);
   WriteSucceeded();
   result.range = {active->log_path(), position, int32_t(records.size()), active->inode()};
-  if (!plan.empty()) producers_.Commit(std::move(plan));
+  if (has_producers) [[unlikely]] {
+    const std::vector<CompletedTxn> completed = plan.completed();
+    producers_.Commit(std::move(plan));
+    // Before the end moves: a read_committed reader must not see the last stable offset
+    // pass an aborted transaction before its index entry exists.
+    Status indexed = IndexCompletedTxnsLocked(completed, *active);
+    if (!indexed.ok()) {
+      // The marker is written but its abort not indexed: offline, and a restart's replay
+      // indexes it (it is in the active segment, after the latest producer snapshot).
+      GoOffline(indexed);
+      return Fail(ErrorCode::kKafkaStorageError, std::string(indexed.message()));
+    }
+  }
   log_end_offset_.store(next, std::memory_order_release);
   if (leader_epoch >= 0) {
     MutexLock lock(&epochs_mu_);
@@ -715,7 +746,37 @@ AppendResult Log::AppendLocked(const LogConfig& cfg, std::span<uint8_t> records,
                                 total - flushed_messages_snapshot_.load() >= cfg.flush_messages);
   result.log_start_offset = log_start_offset_.load();
   result.high_watermark = next;  // a single replica: everything appended is committed
+  result.last_stable_offset = LastStableOffset();
   return result;
+}
+
+Status Log::IndexCompletedTxnsLocked(const std::vector<CompletedTxn>& completed, Segment& segment) {
+  for (size_t i = 0; i < completed.size(); ++i) {
+    const CompletedTxn& c = completed[i];
+    if (!c.aborted) continue;
+    // Kafka's lastStableOffset(completedTxn): the earliest transaction of another producer
+    // still ongoing, counting those this append ends later as ongoing yet.
+    int64_t stable = producers_.FirstUnstableOffsetExcept(c.producer_id);
+    for (size_t j = i + 1; j < completed.size(); ++j) {
+      if (completed[j].producer_id != c.producer_id &&
+          (stable < 0 || completed[j].first_offset < stable)) {
+        stable = completed[j].first_offset;
+      }
+    }
+    if (stable < 0) stable = c.last_offset + 1;
+    RUNNEL_RETURN_IF_ERROR(
+        segment.txn_index().Append({c.producer_id, c.first_offset, c.last_offset, stable}));
+  }
+  first_unstable_offset_.store(producers_.FirstUnstableOffset(), std::memory_order_release);
+  return absl::OkStatus();
+}
+
+int64_t Log::LastStableOffset() const {
+  // The end first: first_unstable_offset_ is stored before the end moves.
+  const int64_t end = log_end_offset_.load(std::memory_order_acquire);
+  const int64_t first = first_unstable_offset_.load(std::memory_order_acquire);
+  if (first < 0 || first >= end) return end;
+  return std::max(first, log_start_offset_.load());
 }
 
 bool Log::CheckProducersLocked(const std::vector<record::BatchView>& batches, AppendOrigin origin,
@@ -825,33 +886,50 @@ AppendResult Log::AppendWithOffsets(std::span<uint8_t> records) {
     Status written = active->Append(records, *batches, cfg.index_interval_bytes);
     if (!written.ok()) return WriteFailed(written);
     WriteSucceeded();
+    bool has_producers = false;
     for (const record::BatchView& b : *batches) {
       // Copied batches are trusted, as Kafka trusts its leader's (no sequence checks).
-      if (b.producer_id() >= 0) [[unlikely]] {
-        producers_.ReplayBatch(ProducerBatchHeader::Of(b), -1);
+      if (b.producer_id() < 0) [[likely]] {
+        continue;
+      }
+      has_producers = true;
+      std::optional<record::EndTxnMarker> marker;
+      if (b.is_control()) (void)record::ReadEndTxnMarker(b, &marker);
+      Status replayed = ReplayLocked(ProducerBatchHeader::Of(b), marker, *active);
+      if (!replayed.ok()) {
+        GoOffline(replayed);
+        return Fail(ErrorCode::kKafkaStorageError, std::string(replayed.message()));
       }
     }
+    if (has_producers) first_unstable_offset_.store(producers_.FirstUnstableOffset());
     log_end_offset_.store(result.last_offset + 1);
     result.log_start_offset = log_start_offset_.load();
     result.high_watermark = result.last_offset + 1;
+    result.last_stable_offset = LastStableOffset();
   }
   Notify();
   return result;
 }
 
 ReadResult Log::Read(int64_t offset, int32_t max_bytes, bool min_one_batch,
-                     std::optional<int64_t> max_offset) const {
+                     std::optional<int64_t> max_offset, bool read_committed) const {
   ReadResult r;
   r.log_start_offset = log_start_offset_.load();
   r.log_end_offset = log_end_offset_.load(std::memory_order_acquire);
   r.high_watermark = r.log_end_offset;
+  r.last_stable_offset = std::min(LastStableOffset(), r.log_end_offset);
   if (offset < r.log_start_offset || offset > r.log_end_offset) {
     r.error = ErrorCode::kOffsetOutOfRange;
     return r;
   }
-  const int64_t limit = std::min(max_offset.value_or(r.high_watermark), r.log_end_offset);
+  int64_t limit = std::min(max_offset.value_or(r.high_watermark), r.log_end_offset);
+  if (read_committed) limit = std::min(limit, r.last_stable_offset);
   if (offset >= limit) return r;
+  const int64_t fetch_offset = offset;
   int64_t budget = std::max(max_bytes, 0);
+  // Where the returned batches end (read_committed bounds its aborted transactions there).
+  std::shared_ptr<Segment> last_segment;
+  int64_t last_end = 0;
   for (const std::shared_ptr<Segment>& seg : SegmentsFrom(offset)) {
     if (seg->base_offset() >= limit) break;
     int64_t seg_end = seg->size();
@@ -881,11 +959,38 @@ ReadResult Log::Read(int64_t offset, int32_t max_bytes, bool min_one_batch,
     r.ranges.push_back({seg->log_path(), loc.position, length, seg->inode()});
     r.bytes += length;
     budget -= length;
+    last_segment = seg;
+    last_end = end_position;
     // Continue into the next segment only when this one was read to its end.
     if (end_position < seg_end || budget <= 0) break;
     offset = seg->next_offset();
   }
+  if (read_committed && last_segment != nullptr) [[unlikely]] {
+    // Kafka's upper bound: the offset of the batch after what is returned (the segment's
+    // next offset when it was read to its end).
+    int64_t upper = last_segment->next_offset();
+    Status scanned =
+        last_segment->ScanBatches(last_end, last_segment->size(), [&](const BatchLocation& next) {
+          upper = next.base_offset;
+          return false;
+        });
+    if (!scanned.ok()) {
+      kLog()->error("[{}] read: {}", tp().ToString(), scanned.message());
+      r.error = ErrorCode::kKafkaStorageError;
+      return r;
+    }
+    CollectAbortedTxns(fetch_offset, std::min(upper, limit), &r.aborted);
+  }
   return r;
+}
+
+void Log::CollectAbortedTxns(int64_t fetch_offset, int64_t upper_bound,
+                             std::vector<AbortedTxn>* out) const {
+  // Transactions aborted before the segment holding fetch_offset ended before it; each
+  // segment's search says when no later one can hold more.
+  for (const std::shared_ptr<Segment>& seg : SegmentsFrom(fetch_offset)) {
+    if (seg->txn_index().Collect(fetch_offset, upper_bound, out)) return;
+  }
 }
 
 int32_t Log::EpochForOffset(int64_t offset) const {
@@ -968,11 +1073,18 @@ OffsetLookup Log::LookupTimestamp(int64_t timestamp) const {
   return out;  // nothing at or after the timestamp: -1, -1
 }
 
-OffsetLookup Log::ListOffset(int64_t timestamp) const {
+OffsetLookup Log::ListOffset(int64_t timestamp, bool read_committed) const {
   OffsetLookup out;
+  if (read_committed && timestamp != kLatestTimestamp && timestamp != kEarliestTimestamp &&
+      timestamp != kEarliestLocalTimestamp) {
+    // Kafka's rule: what a read_committed consumer may not read yet is not found.
+    OffsetLookup found = ListOffset(timestamp, false);
+    if (found.error == ErrorCode::kNone && found.offset >= LastStableOffset()) return out;
+    return found;
+  }
   switch (timestamp) {
     case kLatestTimestamp:
-      out.offset = log_end_offset_.load();
+      out.offset = read_committed ? LastStableOffset() : log_end_offset_.load();
       out.leader_epoch = EpochForOffset(out.offset);
       return out;
     case kEarliestTimestamp:
@@ -1197,6 +1309,15 @@ Status Log::ReplaceSegments(const std::vector<std::shared_ptr<Segment>>& old_seg
         return absl::FailedPreconditionError("a segment is no longer a non-active segment");
       }
       ++it;
+    }
+  }
+  // The aborted transactions of the group go with it (the cleaner keeps transactional
+  // batches and markers as they are).
+  if (replacement->txn_index().empty()) {
+    for (const std::shared_ptr<Segment>& old : old_segments) {
+      for (const AbortedTxn& txn : old->txn_index().entries()) {
+        RUNNEL_RETURN_IF_ERROR(replacement->txn_index().Append(txn));
+      }
     }
   }
   RUNNEL_RETURN_IF_ERROR(replacement->Flush());

@@ -54,17 +54,22 @@ struct AppendResult {
   int64_t last_offset = -1;      // last offset assigned
   int64_t log_append_time = -1;  // set when the topic uses LogAppendTime
   int64_t log_start_offset = -1;
-  int64_t high_watermark = -1;  // right after this append
-  FileRange range;              // where the appended batches were written
+  int64_t high_watermark = -1;      // right after this append
+  int64_t last_stable_offset = -1;  // right after this append
+  FileRange range;                  // where the appended batches were written
 };
 
 struct ReadResult {
   protocol::ErrorCode error = protocol::ErrorCode::kNone;
   int64_t high_watermark = -1;
+  int64_t last_stable_offset = -1;
   int64_t log_start_offset = -1;
   int64_t log_end_offset = -1;
   std::vector<FileRange> ranges;  // whole batches, in offset order
   int64_t bytes = 0;              // sum of range lengths
+  // read_committed: the aborted transactions overlapping what was read (Kafka's
+  // collectAbortedTransactions), in marker order.
+  std::vector<AbortedTxn> aborted;
 };
 
 struct OffsetLookup {
@@ -92,6 +97,7 @@ struct LogState {
   int64_t log_start_offset = 0;
   int64_t log_end_offset = 0;
   int64_t high_watermark = 0;
+  int64_t last_stable_offset = 0;
   int64_t recovery_point = 0;
   int64_t size_bytes = 0;
   int segments = 0;
@@ -186,11 +192,18 @@ class Log {
   // Batches from the one containing `offset`, whole batches, up to `max_bytes` in total
   // (but at least the first batch when `min_one_batch`), not past `max_offset` (exclusive;
   // the high watermark for consumers). OFFSET_OUT_OF_RANGE when `offset` is below the log
-  // start or above the end.
+  // start or above the end. `read_committed`: not past the last stable offset either, and
+  // with the aborted transactions overlapping [offset, the offset after what is returned).
   ReadResult Read(int64_t offset, int32_t max_bytes, bool min_one_batch,
-                  std::optional<int64_t> max_offset = std::nullopt) const;
-  // ListOffsets for one timestamp (or one of the special values above).
-  OffsetLookup ListOffset(int64_t timestamp) const;
+                  std::optional<int64_t> max_offset = std::nullopt,
+                  bool read_committed = false) const;
+  // ListOffsets for one timestamp (or one of the special values above). `read_committed`
+  // (Kafka's rule): latest is the last stable offset, and a timestamp lookup (max
+  // timestamp included) finding an offset at or past it finds none (-1, -1).
+  OffsetLookup ListOffset(int64_t timestamp, bool read_committed = false) const;
+  // The last stable offset: the first offset of the earliest ongoing transaction (never
+  // below the log start), else the high watermark. Lock-free.
+  int64_t LastStableOffset() const;
   // DeleteRecords: moves the log start offset up to `offset` (-1 = the high watermark).
   // OFFSET_OUT_OF_RANGE when above the high watermark. Returns the new log start offset.
   StatusOr<int64_t> DeleteRecordsBefore(int64_t offset, protocol::ErrorCode* error);
@@ -307,11 +320,24 @@ class Log {
   // headers after it (or after the log start) are replayed.
   Status LoadProducerStateLocked(bool snapshot_is_state, std::vector<std::string>* notes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
+  // Applies a batch already in `segment` to the producer state (ReplayBatch); an abort it
+  // completes is added to the segment's transaction index unless already there.
+  Status ReplayLocked(const ProducerBatchHeader& batch,
+                      const std::optional<record::EndTxnMarker>& marker, Segment& segment)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
   // Writes <offset>.snapshot of the current state (temp + rename; fsynced when `sync`).
   Status WriteProducerSnapshotLocked(int64_t offset, bool sync)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
   // Deletes the snapshots below `offset` (their segments are gone).
   void DeleteProducerSnapshotsBelowLocked(int64_t offset) ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
+  // Writes the index entries of the transactions an append's markers aborted (in the
+  // active segment, where the markers went), then publishes the first unstable offset.
+  // `completed` as the plan had them, the producer state already committed.
+  Status IndexCompletedTxnsLocked(const std::vector<CompletedTxn>& completed, Segment& segment)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(append_mu_);
+  // Adds the aborted transactions overlapping [fetch_offset, upper_bound) to `out`.
+  void CollectAbortedTxns(int64_t fetch_offset, int64_t upper_bound,
+                          std::vector<AbortedTxn>* out) const;
   int32_t EpochForOffset(int64_t offset) const;
   OffsetLookup LookupMaxTimestamp() const;
   OffsetLookup LookupTimestamp(int64_t timestamp) const;
@@ -331,6 +357,9 @@ class Log {
   std::map<int64_t, std::shared_ptr<Segment>> segments_ ABSL_GUARDED_BY(segments_mu_);
 
   std::atomic<int64_t> log_end_offset_{0};
+  // producers_.FirstUnstableOffset(), for lock-free readers of the last stable offset; set
+  // before log_end_offset_ moves (readers load the end first).
+  std::atomic<int64_t> first_unstable_offset_{-1};
   std::atomic<int64_t> log_start_offset_{0};
   std::atomic<int64_t> recovery_point_{0};
   std::atomic<int64_t> first_dirty_offset_{0};

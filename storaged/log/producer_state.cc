@@ -208,29 +208,55 @@ ProducerBatchHeader ProducerBatchHeader::Of(const record::BatchView& batch) {
   return h;
 }
 
-void ProducerStateManager::ReplayBatch(const ProducerBatchHeader& batch,
-                                       int32_t marker_coordinator_epoch) {
-  if (batch.producer_id < 0) return;
-  ProducerEntry& entry = producers_[batch.producer_id];
+std::optional<CompletedTxn> ProducerStateManager::ReplayBatch(
+    const ProducerBatchHeader& batch, const std::optional<record::EndTxnMarker>& marker) {
+  if (batch.producer_id < 0) return std::nullopt;
+  if (batch.control && !marker) return std::nullopt;
+  const ProducerEntry* stored = Find(batch.producer_id);
+  ProducerEntry entry = stored ? *stored : ProducerEntry{};
   dirty_ = true;
+  std::optional<CompletedTxn> completed;
   if (batch.control) {
     // A transaction marker: ends the transaction (Kafka's appendEndTxnMarker).
+    if (entry.txn_first_offset >= 0) {
+      completed = CompletedTxn{batch.producer_id, entry.txn_first_offset, batch.base_offset,
+                               !marker->commit};
+    }
     entry.MaybeUpdateEpoch(batch.producer_epoch);
-    if (marker_coordinator_epoch >= 0) entry.coordinator_epoch = marker_coordinator_epoch;
+    entry.coordinator_epoch = marker->coordinator_epoch;
     entry.last_timestamp = batch.max_timestamp;
     entry.txn_first_offset = -1;
-    return;
+  } else {
+    entry.AddBatch(batch.producer_epoch,
+                   {batch.base_sequence, batch.last_sequence(), batch.base_offset,
+                    batch.last_offset, batch.max_timestamp});
+    if (entry.txn_first_offset < 0 && batch.transactional) {
+      entry.txn_first_offset = batch.base_offset;
+    }
   }
-  entry.AddBatch(batch.producer_epoch, {batch.base_sequence, batch.last_sequence(),
-                                        batch.base_offset, batch.last_offset, batch.max_timestamp});
-  if (entry.txn_first_offset < 0 && batch.transactional) {
-    entry.txn_first_offset = batch.base_offset;
+  Store(batch.producer_id, entry);
+  return completed;
+}
+
+void ProducerStateManager::Store(int64_t producer_id, const ProducerEntry& entry) {
+  ProducerEntry& slot = producers_[producer_id];
+  if (slot.txn_first_offset != entry.txn_first_offset) {
+    if (slot.txn_first_offset >= 0) ongoing_.erase({slot.txn_first_offset, producer_id});
+    if (entry.txn_first_offset >= 0) ongoing_.insert({entry.txn_first_offset, producer_id});
   }
+  slot = entry;
+}
+
+int64_t ProducerStateManager::FirstUnstableOffsetExcept(int64_t producer_id) const {
+  for (const auto& [first_offset, id] : ongoing_) {
+    if (id != producer_id) return first_offset;
+  }
+  return -1;
 }
 
 void ProducerStateManager::Commit(AppendPlan&& plan) {
   if (plan.entries_.empty()) return;
-  for (const auto& [id, entry] : plan.entries_) producers_[id] = entry;
+  for (const auto& [id, entry] : plan.entries_) Store(id, entry);
   plan.entries_.clear();
   plan.completed_.clear();
   dirty_ = true;
@@ -352,6 +378,10 @@ Status ProducerStateManager::LoadSnapshot(std::string_view bytes) {
     }
   }
   producers_ = std::move(loaded);
+  ongoing_.clear();
+  for (const auto& [id, entry] : producers_) {
+    if (entry.txn_first_offset >= 0) ongoing_.insert({entry.txn_first_offset, id});
+  }
   dirty_ = false;
   return absl::OkStatus();
 }

@@ -53,6 +53,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -192,15 +193,28 @@ class ProducerStateManager {
   std::optional<ProducerBatch> FindDuplicate(const record::BatchView& batch) const;
   // Applies a batch already in the log (a replay at load, a follower's copy): no checks,
   // as Kafka trusts batches that are not from a client. A control batch ends the
-  // producer's transaction with the marker's coordinator epoch (-1 when the caller could
-  // not read it, which keeps the known one).
-  void ReplayBatch(const ProducerBatchHeader& batch, int32_t marker_coordinator_epoch);
+  // producer's transaction with `marker` (its record, record::ReadEndTxnMarker) and returns
+  // the transaction it completed, if any; a control batch without a marker (an empty one,
+  // compaction's leftover) changes nothing, as in Kafka.
+  std::optional<CompletedTxn> ReplayBatch(const ProducerBatchHeader& batch,
+                                          const std::optional<record::EndTxnMarker>& marker);
   void Commit(AppendPlan&& plan);
+
+  // The first offset of the earliest ongoing transaction (the last stable offset when it
+  // is below the high watermark); -1 when none is ongoing.
+  int64_t FirstUnstableOffset() const { return ongoing_.empty() ? -1 : ongoing_.begin()->first; }
+  // The same among the transactions of producers other than `producer_id` (Kafka's
+  // lastStableOffset(completedTxn): what the partition's last stable offset is once that
+  // producer's transaction ended).
+  int64_t FirstUnstableOffsetExcept(int64_t producer_id) const;
 
   const ProducerEntry* Find(int64_t producer_id) const;
   size_t size() const { return producers_.size(); }
   const absl::flat_hash_map<int64_t, ProducerEntry>& producers() const { return producers_; }
-  void Clear() { producers_.clear(); }
+  void Clear() {
+    producers_.clear();
+    ongoing_.clear();
+  }
 
   // Removes the producers with no ongoing transaction whose last batch's timestamp is
   // `expiration_ms` or more before `now_ms` (Kafka's producer.id.expiration.ms rule, on the
@@ -225,7 +239,13 @@ class ProducerStateManager {
   // transaction state.
   protocol::KafkaError CheckDataBatch(const record::BatchView& batch, int64_t first_offset,
                                       bool check_sequence, AppendPlan* plan) const;
+  // Stores `entry` as the producer's, keeping ongoing_ in step.
+  void Store(int64_t producer_id, const ProducerEntry& entry);
   absl::flat_hash_map<int64_t, ProducerEntry> producers_;
+  // The ongoing transactions as (first offset, producer id), in offset order: what the last
+  // stable offset is computed from without visiting every producer. (A pair, so that a
+  // snapshot naming one first offset twice loses neither.)
+  std::set<std::pair<int64_t, int64_t>> ongoing_;
   bool dirty_ = false;
 };
 

@@ -8,12 +8,15 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/log/log.h"
 #include "common/util/big_endian.h"
 #include "storaged/log/file_io.h"
 #include "storaged/log/file_names.h"
 
 namespace runnel::storaged {
 namespace {
+
+const log::ModuleLogger kLog("storaged.log");
 
 // Header fields a scan needs (see the layout in common/record/batch.h).
 constexpr size_t kBaseOffsetAt = 0;
@@ -128,6 +131,17 @@ StatusOr<std::unique_ptr<Segment>> Segment::Open(const std::string& dir, int64_t
     }
   }
   RUNNEL_RETURN_IF_ERROR(opened);
+  const std::string txn_path =
+      SegmentFilePath(dir, base_offset, kTxnIndexSuffix) + std::string(suffix);
+  StatusOr<std::unique_ptr<TxnIndex>> txns = TxnIndex::Open(txn_path);
+  if (!txns.ok() && txns.status().code() == absl::StatusCode::kDataLoss) {
+    kLog()->warn("{}: {}; deleted, rebuilt for what a replay covers", txn_path,
+                 txns.status().message());
+    if (::unlink(txn_path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("unlink", txn_path);
+    txns = TxnIndex::Open(txn_path);
+  }
+  RUNNEL_RETURN_IF_ERROR(txns.status());
+  s->txn_index_ = std::move(*txns);
   return s;
 }
 
@@ -187,7 +201,8 @@ Status Segment::Append(record::ByteSpan bytes, const std::vector<record::BatchVi
 
 Status Segment::Flush() {
   RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, File());
-  return SyncFd(fh->fd(), /*data_only=*/true, log_path());
+  RUNNEL_RETURN_IF_ERROR(SyncFd(fh->fd(), /*data_only=*/true, log_path()));
+  return txn_index_->Flush();
 }
 
 Status Segment::ScanBatches(int64_t position, int64_t end,
@@ -378,6 +393,7 @@ StatusOr<SegmentRecovery> Segment::Recover(int32_t index_interval_bytes) {
     RUNNEL_RETURN_IF_ERROR(TruncateFd(fh->fd(), position, log_path()));
     size_.store(position);
   }
+  RUNNEL_RETURN_IF_ERROR(txn_index_->TruncateTo(next_offset()));
   if (!active_) RUNNEL_RETURN_IF_ERROR(TrimIndexes());
   indexes_missing_ = false;
   return result;
@@ -423,6 +439,7 @@ Status Segment::LoadClean(int32_t index_interval_bytes) {
 }
 
 Status Segment::TruncateTo(int64_t offset) {
+  RUNNEL_RETURN_IF_ERROR(txn_index_->TruncateTo(offset));
   RUNNEL_ASSIGN_OR_RETURN(std::optional<BatchLocation> loc, FindBatch(offset, size()));
   if (!loc) return absl::OkStatus();  // nothing at or after offset
   RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, File());
@@ -498,7 +515,8 @@ Status Segment::RenameSuffix(std::string_view from, std::string_view to) {
     log_path_ = new_log;
   }
   RUNNEL_RETURN_IF_ERROR(offset_index_->RenameTo(renamed(offset_index_->path())));
-  return time_index_->RenameTo(renamed(time_index_->path()));
+  RUNNEL_RETURN_IF_ERROR(time_index_->RenameTo(renamed(time_index_->path())));
+  return txn_index_->RenameTo(renamed(txn_index_->path()));
 }
 
 Status Segment::Delete() {
@@ -506,7 +524,8 @@ Status Segment::Delete() {
   files_->Forget(path);
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("unlink", path);
   RUNNEL_RETURN_IF_ERROR(offset_index_->Delete());
-  return time_index_->Delete();
+  RUNNEL_RETURN_IF_ERROR(time_index_->Delete());
+  return txn_index_->Delete();
 }
 
 }  // namespace runnel::storaged

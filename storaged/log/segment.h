@@ -1,5 +1,6 @@
 // One segment of a partition log: the `.log` file of record batches starting at
-// `base_offset`, with its offset and time indexes (index.h).
+// `base_offset`, with its offset and time indexes (index.h) and its transaction index
+// (txn_index.h).
 //
 // The .log file is the batches back to back, exactly as appended (Kafka's format, see
 // common/record/batch.h); there is no other framing. Its size is the byte position of
@@ -21,6 +22,7 @@
 #include "common/util/status.h"
 #include "storaged/log/file_cache.h"
 #include "storaged/log/index.h"
+#include "storaged/log/txn_index.h"
 
 namespace runnel::storaged {
 
@@ -51,7 +53,8 @@ class Segment {
  public:
   // Opens an existing segment, or creates one when `create`. Indexes are opened writable
   // when `active`. A missing index file is created empty (the caller rebuilds it).
-  // `suffix` (e.g. ".cleaned") is appended to all three file names.
+  // `suffix` (e.g. ".cleaned") is appended to every file name. A damaged .txnindex is
+  // deleted (logged) and starts empty: Log's replay re-adds what it covers.
   static StatusOr<std::unique_ptr<Segment>> Open(const std::string& dir, int64_t base_offset,
                                                  int32_t max_index_bytes, bool create, bool active,
                                                  FileCache* files, std::string_view suffix = "");
@@ -76,6 +79,8 @@ class Segment {
   bool IndexFull() const { return offset_index_->IsFull() || time_index_->IsAlmostFull(); }
   const OffsetIndex& offset_index() const { return *offset_index_; }
   const TimeIndex& time_index() const { return *time_index_; }
+  // The aborted transactions whose markers lie in this segment.
+  TxnIndex& txn_index() const { return *txn_index_; }
 
   // Writes `bytes` (whole batches back to back, offsets already assigned; `batches` are
   // views of them) at the end of the file in one write, and indexes them every
@@ -83,7 +88,8 @@ class Segment {
   // size and the error returned; the segment stays usable.
   Status Append(record::ByteSpan bytes, const std::vector<record::BatchView>& batches,
                 int32_t index_interval_bytes);
-  // fdatasync of the .log file (indexes are rebuildable and are msync'ed on roll/close).
+  // fdatasync of the .log file and of the transaction index when written to (the offset
+  // and time indexes are rebuildable and are synced on roll/close).
   Status Flush();
 
   // The first batch whose last offset >= `offset`, searching from the index entry for it;
@@ -108,14 +114,16 @@ class Segment {
 
   // Validates every batch from the start (CRC, lengths, magic, increasing offsets),
   // truncates the file after the last valid one, rebuilds both indexes and the in-memory
-  // summary. Used for segments after the recovery point.
+  // summary, and drops transaction index entries past the valid batches. Used for
+  // segments after the recovery point.
   StatusOr<SegmentRecovery> Recover(int32_t index_interval_bytes);
   // Loads the summary (next offset, max timestamp) of a segment known to be valid, from its
   // indexes and a scan of the tail after the last offset index entry. Rebuilds indexes that
   // fail their sanity check.
   Status LoadClean(int32_t index_interval_bytes);
 
-  // Drops every batch at or after `offset` (which must start a batch or be past the end).
+  // Drops every batch at or after `offset` (which must start a batch or be past the end),
+  // and the aborted transactions whose markers were among them.
   Status TruncateTo(int64_t offset);
   // Segment rolled: writes the final time index entry, trims the indexes.
   // `sync`: fdatasync the indexes too (a bulk close syncs the whole file system instead).
@@ -132,11 +140,11 @@ class Segment {
   // Trims indexes and flushes; the segment may not be appended to afterwards.
   // `sync` false leaves the fdatasyncs to the caller (LogManager::Shutdown's syncfs).
   Status Close(bool sync = true);
-  // Renames all three files, replacing the trailing `from` (may be "") of each name with
+  // Renames every file, replacing the trailing `from` (may be "") of each name with
   // `to` (may be ""): ".cleaned" -> ".swap" -> "" when a cleaned segment is swapped in,
   // "" -> ".deleted" when a segment is removed.
   Status RenameSuffix(std::string_view from, std::string_view to);
-  // Unlinks all three files.
+  // Unlinks every file.
   Status Delete();
 
  private:
@@ -168,6 +176,7 @@ class Segment {
   bool rebuilt_indexes_ = false;
   std::unique_ptr<OffsetIndex> offset_index_;
   std::unique_ptr<TimeIndex> time_index_;
+  std::unique_ptr<TxnIndex> txn_index_;
 };
 
 }  // namespace runnel::storaged

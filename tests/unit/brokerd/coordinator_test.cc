@@ -14,6 +14,7 @@
 #include "brokerd/handlers/handler.h"
 #include "brokerd/storage/append_batcher.h"
 #include "brokerd/storage/partition_view.h"
+#include "brokerd/txn/marker_writer.h"
 #include "brokerd/txn/producer_id_manager.h"
 #include "common/protocol/uuid.h"
 #include "common/record/control.h"
@@ -231,10 +232,12 @@ class ShardTest : public RealStorageTest {
            ControllerClient& controller, StorageClient& storage, PartitionView& partitions,
            AppendBatcher& appends)
         : producer_ids([](ProducerIdManager::Allocated) {}),
-          context{loop,    config,     metadata, controller, 1,
-                  storage, partitions, appends,  groups,     producer_ids},
+          txn_markers(metadata, partitions, appends, 1),
+          context{loop,       config,  metadata, controller,   1,          storage,
+                  partitions, appends, groups,   producer_ids, txn_markers},
           groups(context) {}
     ProducerIdManager producer_ids;  // unused: no InitProducerId here
+    TxnMarkerWriter txn_markers;     // unused: no transactions here
     BrokerContext context;
     Coordinator groups;
   };

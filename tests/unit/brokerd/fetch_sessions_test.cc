@@ -100,6 +100,11 @@ TEST(FetchSessionTest, AnAnswerIsSentOnlyWhenSomethingChanged) {
   EXPECT_TRUE(s->Answered("a", {}, Answer(0, 11, 3)));
   EXPECT_FALSE(s->Answered("a", {}, Answer(0, 11, 3)));
   EXPECT_TRUE(s->Answered("a", {}, Answer(0, 11, 3, /*records=*/true)));
+  // A moved last stable offset (a transaction ended) is sent too.
+  FetchResponse::PartitionData stable = Answer(0, 11, 3);
+  stable.last_stable_offset = 9;
+  EXPECT_TRUE(s->Answered("a", {}, stable));
+  EXPECT_FALSE(s->Answered("a", {}, stable));
   // An error is sent each time, and so is the first answer after it.
   FetchResponse::PartitionData failed = Answer(1, -1, -1);
   failed.error_code = ErrorCode::kNotLeaderOrFollower;

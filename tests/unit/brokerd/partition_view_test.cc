@@ -55,6 +55,27 @@ TEST_F(PartitionStatesAdvanceTest, AnAppendAnswerMovesTheHighWatermarkAndWakesTh
   EXPECT_EQ(Hw(), 10);
 }
 
+TEST_F(PartitionStatesAdvanceTest, AMarkersAnswerMovesTheLastStableOffsetAndWakesTheWatch) {
+  // A transaction from offset 5 holds the last stable offset while the end moves on.
+  states_.Advance("t", 0, "id-a", 8, 5);
+  EXPECT_EQ(states_.Find("t", 0)->last_stable_offset, 5);
+  WatchT0();
+  states_.Advance("t", 0, "id-a", 8, 5);
+  EXPECT_EQ(fired_, 0);
+  // Its marker's answer: the end and the last stable offset move; a read_committed fetch
+  // waiting at 5 wakes.
+  states_.Advance("t", 0, "id-a", 9, 9);
+  EXPECT_EQ(fired_, 1);
+  EXPECT_EQ(states_.Find("t", 0)->last_stable_offset, 9);
+  // A stream message taken before it does not set it back; a snapshot sets it as it is.
+  storage::PartitionChange stale = Change("t", 0, "id-a", 8);
+  stale.mutable_partitions(0)->set_last_stable_offset(5);
+  states_.Apply(stale, /*snapshot=*/false);
+  EXPECT_EQ(states_.Find("t", 0)->last_stable_offset, 9);
+  states_.Apply(stale, /*snapshot=*/true);
+  EXPECT_EQ(states_.Find("t", 0)->last_stable_offset, 5);
+}
+
 TEST_F(PartitionStatesAdvanceTest, AnAnswerBehindWhatIsKnownChangesNothing) {
   WatchT0();
   states_.Advance("t", 0, "id-a", 5);

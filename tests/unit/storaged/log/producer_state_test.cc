@@ -202,7 +202,10 @@ TEST_F(ProducerStateTest, ACommitMarkerReplayedEndsTheTransaction) {
   ASSERT_TRUE(bytes.ok());
   StatusOr<record::BatchView> b = record::BatchView::Parse(*bytes);
   ASSERT_TRUE(b.ok());
-  state_.ReplayBatch(ProducerBatchHeader::Of(*b), 7);
+  std::optional<CompletedTxn> done =
+      state_.ReplayBatch(ProducerBatchHeader::Of(*b), record::EndTxnMarker{true, 7});
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(*done, (CompletedTxn{kPid, 0, 1, /*aborted=*/false}));
   EXPECT_EQ(state_.Find(kPid)->txn_first_offset, -1);
   EXPECT_EQ(state_.Find(kPid)->coordinator_epoch, 7);
   EXPECT_EQ(state_.Find(kPid)->last_timestamp, 5000);
@@ -284,6 +287,38 @@ TEST_F(ProducerStateTest, AControlRecordThatIsNoTransactionMarkerIsInvalid) {
     EXPECT_EQ(state_.CheckCoordinatorBatch(*view, 0, 0, &plan).code, ErrorCode::kInvalidRecord);
   }
   EXPECT_EQ(state_.size(), 0u);
+}
+
+TEST_F(ProducerStateTest, TheFirstUnstableOffsetIsTheEarliestOngoingTransaction) {
+  auto header = [](int64_t pid, int64_t offset, bool control) {
+    ProducerBatchHeader h;
+    h.producer_id = pid;
+    h.producer_epoch = 0;
+    h.base_sequence = control ? -1 : 0;
+    h.base_offset = offset;
+    h.last_offset = offset;
+    h.transactional = true;
+    h.control = control;
+    return h;
+  };
+  EXPECT_EQ(state_.FirstUnstableOffset(), -1);
+  state_.ReplayBatch(header(1, 10, false), std::nullopt);
+  state_.ReplayBatch(header(2, 12, false), std::nullopt);
+  EXPECT_EQ(state_.FirstUnstableOffset(), 10);
+  EXPECT_EQ(state_.FirstUnstableOffsetExcept(1), 12);
+  EXPECT_EQ(state_.FirstUnstableOffsetExcept(3), 10);
+  // Two producers said (by a damaged but well-formed snapshot) to start at one offset: ending
+  // one leaves the other's.
+  state_.ReplayBatch(header(3, 12, false), std::nullopt);
+  ProducerStateManager loaded;
+  ASSERT_TRUE(loaded.LoadSnapshot(state_.EncodeSnapshot()).ok());
+  EXPECT_EQ(loaded.FirstUnstableOffset(), 10);
+  loaded.ReplayBatch(header(1, 13, true), record::EndTxnMarker{true, 0});
+  loaded.ReplayBatch(header(2, 14, true), record::EndTxnMarker{false, 0});
+  EXPECT_EQ(loaded.FirstUnstableOffset(), 12);
+  EXPECT_EQ(loaded.FirstUnstableOffsetExcept(3), -1);
+  loaded.ReplayBatch(header(3, 15, true), record::EndTxnMarker{true, 0});
+  EXPECT_EQ(loaded.FirstUnstableOffset(), -1);
 }
 
 TEST_F(ProducerStateTest, IdleProducersWithoutATransactionExpire) {
