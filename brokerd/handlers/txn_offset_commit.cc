@@ -13,7 +13,9 @@
 // group-level error goes on every partition that reached the group; v0-v1 get
 // COORDINATOR_NOT_AVAILABLE for COORDINATOR_LOAD_IN_PROGRESS (older clients do not know it).
 // The producer's epoch is checked by storage on the append: an older epoch is
-// INVALID_PRODUCER_EPOCH.
+// INVALID_PRODUCER_EPOCH. No producer (a negative id or epoch) is INVALID_PRODUCER_ID_MAPPING,
+// as Kafka's transaction verification answers for a producer it does not know: its batch
+// would read back as a plain commit.
 #include "brokerd/group/coordinator.h"
 #include "brokerd/handlers/handler.h"
 
@@ -100,6 +102,10 @@ void HandleTxnOffsetCommit(BrokerContext& broker, std::unique_ptr<RequestContext
     return respond(EncodeResponse(*ctx, *resp));
   }
   group::Shard& shard = *route.shard;
+  if (req.producer_id.value() < 0 || req.producer_epoch < 0) {
+    set_all(ErrorCode::kInvalidProducerIdMapping);
+    return respond(EncodeResponse(*ctx, *resp));
+  }
   if (ErrorCode error = ValidateCommitter(shard.Find(req.group_id), req, version);
       error != ErrorCode::kNone) {
     set_all(error);

@@ -4,9 +4,10 @@ Checked: ApiVersions advertises v0-v6; a TxnOffsetCommit (v0 and v3) is accepted
 per-partition and group errors (unknown topic or partition, a generation for a group that
 does not exist, oversized metadata); its offsets stay pending: OffsetFetch v7 with
 require_stable answers UNSTABLE_OFFSET_COMMIT for them and without it the last committed
-offset; a node restart rebuilds them so. When the broker serves WriteTxnMarkers (key 27), a COMMIT marker written by hand to the
-group's __consumer_offsets partition makes them the committed offsets, an ABORT drops them, and
-a node restart rebuilds both outcomes from the log.
+offset; a node restart rebuilds them so. A COMMIT marker written by hand (WriteTxnMarkers,
+key 27) to the group's __consumer_offsets partition makes them the committed offsets, an ABORT
+drops them, and a node restart rebuilds both outcomes from the log. No producer (id -1) is
+INVALID_PRODUCER_ID_MAPPING.
 """
 import unittest
 
@@ -27,6 +28,7 @@ COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 ILLEGAL_GENERATION = 22
+INVALID_PRODUCER_ID_MAPPING = 49
 UNSTABLE_OFFSET_COMMIT = 88
 
 TOPIC = "txo-t"
@@ -218,6 +220,9 @@ class TxnOffsetsTest(unittest.TestCase):
         got = self.conn.txn_offset_commit(group, pid, epoch, {(TOPIC, 1): 1},
                                           metadata="x" * 5000)
         self.assertEqual(got, {(TOPIC, 1): OFFSET_METADATA_TOO_LARGE})
+        # No producer.
+        got = self.conn.txn_offset_commit(group, -1, -1, {(TOPIC, 1): 1})
+        self.assertEqual(got, {(TOPIC, 1): INVALID_PRODUCER_ID_MAPPING})
 
     def test_pending_offsets_are_unstable(self):
         group = "txo-pending"
@@ -272,9 +277,6 @@ class TxnOffsetsCompletionTest(unittest.TestCase):
         try:
             target.create_topic(TOPIC, 2)
             conn = Conn(target.bootstrap)
-            if WRITE_TXN_MARKERS not in conn.api_versions():
-                conn.close()
-                self.skipTest("this broker does not serve WriteTxnMarkers")
             group = "txo-markers"
             wait_coordinator(conn, group)
             offsets_tp = ("__consumer_offsets", 0)
