@@ -207,6 +207,9 @@ class Shard final : public GroupEnv {
   // error).
   using AppendDone =
       std::function<void(ErrorCode error, ErrorCode append_error, int64_t base_offset)>;
+  // The records of `commits`, counted as in flight for the group until the write ends.
+  std::vector<LogRecord> StartCommits(const std::string& group_id,
+                                      const std::vector<Commit>& commits);
   // Write, transactional when `producer` is set.
   void Append(std::vector<LogRecord> records, std::optional<TxnProducer> producer, AppendDone done);
 

@@ -56,6 +56,12 @@ ErrorCode TxnWriteError(ErrorCode error, ErrorCode append_error) {
   }
 }
 
+// A commit of `tp` is no longer in flight.
+void EndPendingCommit(GroupSlot& slot, const TopicPartition& tp) {
+  auto it = slot.pending_partitions.find(tp);
+  if (it != slot.pending_partitions.end() && --it->second <= 0) slot.pending_partitions.erase(it);
+}
+
 void FillOffset(const OffsetValue& value, int64_t record_offset, CommittedOffset* o) {
   o->offset = value.offset;
   o->leader_epoch = value.leader_epoch;
@@ -69,8 +75,8 @@ void FillOffset(const OffsetValue& value, int64_t record_offset, CommittedOffset
 
 // ---- Offsets -------------------------------------------------------------------------------
 
-void Shard::CommitOffsets(const std::string& group_id, std::vector<Commit> commits,
-                          std::function<void(ErrorCode error)> done) {
+std::vector<LogRecord> Shard::StartCommits(const std::string& group_id,
+                                           const std::vector<Commit>& commits) {
   std::vector<LogRecord> records;
   records.reserve(commits.size());
   GroupSlot& slot = FindOrCreate(group_id);
@@ -79,6 +85,12 @@ void Shard::CommitOffsets(const std::string& group_id, std::vector<Commit> commi
     ++slot.pending_partitions[{c.topic, c.partition}];
   }
   ++slot.pending_commits;
+  return records;
+}
+
+void Shard::CommitOffsets(const std::string& group_id, std::vector<Commit> commits,
+                          std::function<void(ErrorCode error)> done) {
+  std::vector<LogRecord> records = StartCommits(group_id, commits);
   auto shared = std::make_shared<std::vector<Commit>>(std::move(commits));
   Append(std::move(records), std::nullopt,
          [this, group_id, shared, done = std::move(done)](ErrorCode error, ErrorCode,
@@ -88,10 +100,7 @@ void Shard::CommitOffsets(const std::string& group_id, std::vector<Commit> commi
              for (size_t i = 0; i < shared->size(); ++i) {
                const Commit& c = (*shared)[i];
                const TopicPartition tp{c.topic, c.partition};
-               auto it = slot->pending_partitions.find(tp);
-               if (it != slot->pending_partitions.end() && --it->second <= 0) {
-                 slot->pending_partitions.erase(it);
-               }
+               EndPendingCommit(*slot, tp);
                if (error != ErrorCode::kNone || state_ != State::kActive) continue;
                // Record i of the batch is at base_offset + i. A committed transaction's offset
                // from later in the log stays (completions come in log order, so only a
@@ -110,14 +119,7 @@ void Shard::CommitOffsets(const std::string& group_id, std::vector<Commit> commi
 void Shard::CommitTxnOffsets(const std::string& group_id, int64_t producer_id,
                              int16_t producer_epoch, std::vector<Commit> commits,
                              std::function<void(ErrorCode error)> done) {
-  std::vector<LogRecord> records;
-  records.reserve(commits.size());
-  GroupSlot& slot = FindOrCreate(group_id);
-  for (const Commit& c : commits) {
-    records.push_back(OffsetCommitRecord(OffsetKey{group_id, c.topic, c.partition}, c.value));
-    ++slot.pending_partitions[{c.topic, c.partition}];
-  }
-  ++slot.pending_commits;
+  std::vector<LogRecord> records = StartCommits(group_id, commits);
   auto shared = std::make_shared<std::vector<Commit>>(std::move(commits));
   Append(std::move(records), TxnProducer{producer_id, producer_epoch},
          [this, group_id, producer_id, shared, done = std::move(done)](
@@ -128,10 +130,7 @@ void Shard::CommitTxnOffsets(const std::string& group_id, int64_t producer_id,
              for (size_t i = 0; i < shared->size(); ++i) {
                const Commit& c = (*shared)[i];
                const TopicPartition tp{c.topic, c.partition};
-               auto it = slot->pending_partitions.find(tp);
-               if (it != slot->pending_partitions.end() && --it->second <= 0) {
-                 slot->pending_partitions.erase(it);
-               }
+               EndPendingCommit(*slot, tp);
                if (error != ErrorCode::kNone || state_ != State::kActive) continue;
                // Pending until the transaction's marker (EndTransaction); a later commit of
                // the same partition in this transaction replaces it, as in Kafka.
