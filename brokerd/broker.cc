@@ -107,6 +107,12 @@ Broker::Broker(const config::Config& config)
           }),
       admin_(loop_, metadata_, server_, node_id_) {
   metadata_.set_local_node_id(node_id_);
+  // A transaction's offsets (TxnOffsetCommit) become committed, or are dropped, once its
+  // marker is stored in their __consumer_offsets partition.
+  txn_markers_.AddObserver([this](const TxnMarker& marker) {
+    if (marker.topic != group::kOffsetsTopic) return;
+    groups_.CompleteTransaction(marker.partition, marker.producer_id, marker.commit);
+  });
 }
 
 Broker::~Broker() {

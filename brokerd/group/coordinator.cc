@@ -133,8 +133,16 @@ std::vector<std::string> MetadataTopicLookup::AllNames() const {
   return names;
 }
 
+bool GroupSlot::HasPendingTxnOffset(const TopicPartition& tp) const {
+  for (const auto& [producer_id, txn] : pending_txn_offsets) {
+    if (txn.count(tp) > 0) return true;
+  }
+  return false;
+}
+
 bool GroupSlot::Unused() const {
-  return !classic && !consumer && offsets.empty() && pending_commits == 0;
+  return !classic && !consumer && offsets.empty() && pending_commits == 0 &&
+         pending_txn_offsets.empty();
 }
 // ---- Coordinator ---------------------------------------------------------------------------
 
@@ -234,6 +242,22 @@ void Coordinator::EndLoadWait(uint64_t id) {
   std::function<void()> then = std::move(it->second->then);
   load_waits_.erase(it);  // the timer's destructor closes it
   then();
+}
+
+void Coordinator::CompleteTransaction(int32_t offsets_partition, int64_t producer_id, bool commit) {
+  auto it = shards_.find(offsets_partition);
+  if (it == shards_.end()) return;
+  Shard& shard = *it->second;
+  switch (shard.state()) {
+    case Shard::State::kLoading:
+      shard.NoteMarkerDuringLoad();
+      return;
+    case Shard::State::kActive:
+      shard.EndTransaction(producer_id, commit);
+      return;
+    case Shard::State::kUnloaded:
+      return;
+  }
 }
 
 std::vector<Shard*> Coordinator::shards() {

@@ -29,6 +29,7 @@ std::span<const ApiEntry> SupportedApis() {
       {ApiKey::kOffsetCommit, 2, 10, &HandleOffsetCommit},
       {ApiKey::kOffsetFetch, 1, 10, &HandleOffsetFetch},
       {ApiKey::kOffsetDelete, 0, 0, &HandleOffsetDelete},
+      {ApiKey::kTxnOffsetCommit, 0, 6, &HandleTxnOffsetCommit},
       {ApiKey::kListGroups, 0, 5, &HandleListGroups},
       {ApiKey::kDescribeGroups, 0, 6, &HandleDescribeGroups},
       {ApiKey::kDeleteGroups, 0, 3, &HandleDeleteGroups},

@@ -102,6 +102,7 @@ void HandleFindCoordinator(BrokerContext&, std::unique_ptr<RequestContext>, Resp
 void HandleOffsetCommit(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleOffsetFetch(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleOffsetDelete(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleTxnOffsetCommit(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleListGroups(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDescribeGroups(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDeleteGroups(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
