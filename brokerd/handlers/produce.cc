@@ -54,17 +54,9 @@ ErrorCode VerifyTransactional(BrokerContext& broker, const std::string& transact
   if (route.error != ErrorCode::kNone) return ErrorCode::kNone;
   const auto producer_id = static_cast<int64_t>(LoadBigEndian64(batch.data() + kProducerIdOffset));
   const auto epoch = static_cast<int16_t>(LoadBigEndian16(batch.data() + kProducerEpochOffset));
-  switch (const ErrorCode e =
-              route.shard->Verify(transactional_id, producer_id, epoch, {topic, partition})) {
-    case ErrorCode::kProducerFenced:
-      return ErrorCode::kInvalidProducerEpoch;
-    case ErrorCode::kTransactionAbortable:
-      return version >= kFirstTransactionAbortableVersion ? e : ErrorCode::kInvalidTxnState;
-    case ErrorCode::kConcurrentTransactions:
-      return ErrorCode::kNotEnoughReplicas;
-    default:
-      return e;
-  }
+  return txn::VerificationError(
+      route.shard->Verify(transactional_id, producer_id, epoch, {topic, partition}),
+      version >= kFirstTransactionAbortableVersion);
 }
 
 // Kafka's request-level rules for the records of one partition (v3+): exactly one batch,

@@ -15,10 +15,13 @@
 // The producer's epoch is checked by storage on the append: an older epoch is
 // INVALID_PRODUCER_EPOCH. No producer (a negative id or epoch) is INVALID_PRODUCER_ID_MAPPING,
 // as Kafka's transaction verification answers for a producer it does not know: its batch
-// would read back as a plain commit.
+// would read back as a plain commit. When the transactional id's coordinator is this broker,
+// the group's partition must be in the producer's transaction (KIP-890 part 1, as Produce):
+// TRANSACTION_ABORTABLE from v4 (INVALID_TXN_STATE before), INVALID_PRODUCER_EPOCH.
 #include "brokerd/group/coordinator.h"
 #include "brokerd/handlers/commit_topics.h"
 #include "brokerd/handlers/handler.h"
+#include "brokerd/txn/txn_coordinator.h"
 
 namespace runnel::brokerd {
 namespace {
@@ -30,6 +33,7 @@ using protocol::TxnOffsetCommitResponse;
 constexpr int16_t kFirstLoadInProgressVersion = 2;
 constexpr int16_t kFirstLeaderEpochVersion = 2;
 constexpr int16_t kFirstTopicIdVersion = 6;
+constexpr int16_t kFirstTransactionAbortableVersion = 4;
 
 // Kafka's validateTransactionalOffsetCommit: 0 or the group-level error.
 ErrorCode ValidateCommitter(group::GroupSlot* slot, const TxnOffsetCommitRequest& req,
@@ -79,6 +83,19 @@ void HandleTxnOffsetCommit(BrokerContext& broker, std::unique_ptr<RequestContext
   if (req.producer_id.value() < 0 || req.producer_epoch < 0) {
     set_all(ErrorCode::kInvalidProducerIdMapping);
     return respond(EncodeResponse(*ctx, *resp));
+  }
+  // KIP-890 part 1, as for Produce: the group's partition must be in the producer's
+  // transaction (AddOffsetsToTxn), when the id's coordinator is this broker.
+  if (txn::TxnCoordinator::Route txn_route = broker.txns.RouteId(req.transactional_id);
+      txn_route.error == ErrorCode::kNone) {
+    const ErrorCode error = txn::VerificationError(
+        txn_route.shard->Verify(req.transactional_id, req.producer_id.value(), req.producer_epoch,
+                                {std::string(group::kOffsetsTopic), shard.partition()}),
+        version >= kFirstTransactionAbortableVersion);
+    if (error != ErrorCode::kNone) {
+      set_all(error);
+      return respond(EncodeResponse(*ctx, *resp));
+    }
   }
   if (ErrorCode error = ValidateCommitter(shard.Find(req.group_id), req, version);
       error != ErrorCode::kNone) {

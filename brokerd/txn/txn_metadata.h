@@ -149,6 +149,24 @@ inline ErrorCode FencedForVersion(ErrorCode error, int16_t version, int16_t fenc
              : error;
 }
 
+// What a partition leader answers for a write whose transaction verification
+// (VerifyPartition) failed with `error` (Kafka's AddPartitionsToTxnManager): PRODUCER_FENCED
+// is INVALID_PRODUCER_EPOCH; TRANSACTION_ABORTABLE stays so for request versions that know it
+// (`abortable_known`), else INVALID_TXN_STATE; CONCURRENT_TRANSACTIONS (the transaction is
+// ending) is NOT_ENOUGH_REPLICAS, which clients retry. Others pass unchanged.
+inline ErrorCode VerificationError(ErrorCode error, bool abortable_known) {
+  switch (error) {
+    case ErrorCode::kProducerFenced:
+      return ErrorCode::kInvalidProducerEpoch;
+    case ErrorCode::kTransactionAbortable:
+      return abortable_known ? error : ErrorCode::kInvalidTxnState;
+    case ErrorCode::kConcurrentTransactions:
+      return ErrorCode::kNotEnoughReplicas;
+    default:
+      return error;
+  }
+}
+
 // ---- __transaction_state records ---------------------------------------------------------
 
 group::LogRecord EncodeTxnRecord(const TxnMetadata& m);

@@ -28,6 +28,7 @@ INIT_PRODUCER_ID = 22
 ADD_PARTITIONS_TO_TXN = 24
 ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
+TXN_OFFSET_COMMIT = 28
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 
@@ -180,6 +181,21 @@ def list_txns(conn, states=(), pattern=None):
     return error, unknown, listed
 
 
+def txn_offset_commit(conn, txn_id, group, producer_id, epoch, topic, partition, offset):
+    """The error of one partition's TxnOffsetCommit v3 (no member: generation -1)."""
+    w = ApiWriter(True).string(txn_id).string(group).i64(producer_id).i16(epoch)
+    w.i32(-1).string("").string(None)
+    w.array([topic], lambda w, t: w.string(t).array(
+        [partition], lambda w, p: w.i32(p).i64(offset).i32(-1).string(None).tags()).tags())
+    w.tags()
+    r = conn.call(TXN_OFFSET_COMMIT, 3, w)
+    r.i32()
+    errors = []
+    r.array(lambda r: (r.string(), r.array(lambda r: (r.i32(), errors.append(r.i16()), r.tags())),
+                       r.tags()))
+    return errors[0]
+
+
 def create_topic(bootstrap, name, partitions):
     from confluent_kafka.admin import AdminClient, NewTopic
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -310,6 +326,20 @@ class TxnCoordinatorWireTest(unittest.TestCase):
         self.assertIn("Ongoing", described)
         self.assertIn("wire-1", described)
         self.assertEqual(end_txn(conn, "wire-e", pid, epoch, commit=False), NONE)
+
+    def test_txn_offset_commit_needs_add_offsets(self):
+        conn = self.connect("wire-f")
+        # The group's coordinator first (it creates __consumer_offsets).
+        conn.call(FIND_COORDINATOR, 3, ApiWriter(True).string("g-f").i8(0).tags())
+        _, pid, epoch = init_txn(conn, "wire-f")
+        self.assertEqual(add_partitions(conn, "wire-f", pid, epoch, {"wire": [0]}),
+                         {("wire", 0): NONE})
+        # KIP-890: the group's partition is not in the transaction yet.
+        wait_until(lambda: txn_offset_commit(conn, "wire-f", "g-f", pid, epoch, "wire", 0, 5)
+                   == INVALID_TXN_STATE, 30, "the group's coordinator loaded")
+        self.assertEqual(add_offsets(conn, "wire-f", pid, epoch, "g-f"), NONE)
+        self.assertEqual(txn_offset_commit(conn, "wire-f", "g-f", pid, epoch, "wire", 0, 5), NONE)
+        self.assertEqual(end_txn(conn, "wire-f", pid, epoch, commit=False), NONE)
 
     def test_bad_requests(self):
         conn = self.connect("wire-b")

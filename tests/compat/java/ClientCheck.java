@@ -268,9 +268,11 @@ public final class ClientCheck {
   }
 
   /** One transactional producer (transactional_id) runs "transactions", each {"count": n,
-   *  "commit": true|false} of values "<t>-<i>" round robin over "partitions" partitions; then
-   *  the topic is read to its end by a read_committed and a read_uncommitted consumer. Answers
-   *  the values each saw, in partition then offset order. */
+   *  "commit": true|false} of values "<t>-<i>" round robin over "partitions" partitions, and
+   *  with "group" sends offset t + 1 of partition 0 to the transaction for that group
+   *  (sendOffsetsToTransaction); then the topic is read to its end by a read_committed and a
+   *  read_uncommitted consumer. Answers the values each saw, in partition then offset order,
+   *  and the group's committed offsets. */
   private ObjectNode transactions(JsonNode req) throws Exception {
     Map<String, String> d = new HashMap<>();
     d.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -288,6 +290,12 @@ public final class ClientCheck {
         producer.beginTransaction();
         for (int i = 0; i < txn.path("count").asInt(); i++) {
           producer.send(new ProducerRecord<>(topic, i % partitions, null, t + "-" + i));
+        }
+        if (req.has("group")) {
+          producer.sendOffsetsToTransaction(
+              Map.of(new TopicPartition(topic, 0), new OffsetAndMetadata(t + 1)),
+              new org.apache.kafka.clients.consumer.ConsumerGroupMetadata(
+                  req.path("group").asText()));
         }
         producer.flush();  // sent before the end, so an aborted transaction's records are stored
         if (txn.path("commit").asBoolean()) {
@@ -323,6 +331,15 @@ public final class ClientCheck {
           }
         }
         byPartition.values().forEach(list -> list.forEach(values::add));
+      }
+    }
+    if (req.has("group")) {
+      ObjectNode committed = answer.putObject("group_offsets");
+      Map<TopicPartition, OffsetAndMetadata> offsets = get(
+          admin().listConsumerGroupOffsets(req.path("group").asText())
+              .partitionsToOffsetAndMetadata());
+      for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
+        committed.put(name(e.getKey()), e.getValue().offset());
       }
     }
     return answer;
