@@ -268,25 +268,10 @@ std::vector<Shard*> Coordinator::shards() {
 
 void Coordinator::Reconcile() {
   if (stopped_) return;
-  const std::map<int32_t, int32_t> want = LedPartitions(broker_, std::string(kOffsetsTopic));
-  for (auto it = shards_.begin(); it != shards_.end();) {
-    auto w = want.find(it->first);
-    if (w == want.end() || w->second != it->second->leader_epoch()) {
-      // Out of the map first: unloading answers requests, whose callbacks may route again.
-      std::unique_ptr<Shard> shard = std::move(it->second);
-      it = shards_.erase(it);
-      shard->Unload();
-    } else {
-      ++it;
-    }
-  }
-  for (const auto& [index, epoch] : want) {
-    if (shards_.count(index) > 0) continue;
-    auto shard = std::make_unique<Shard>(broker_, index, epoch, config_);
-    Shard* s = shard.get();
-    shards_[index] = std::move(shard);
-    s->Load();
-  }
+  ReconcileShards(shards_, LedPartitions(broker_, std::string(kOffsetsTopic)),
+                  [this](int32_t index, int32_t epoch) {
+                    return std::make_unique<Shard>(broker_, index, epoch, config_);
+                  });
 }
 
 void Coordinator::Stop() {

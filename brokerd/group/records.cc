@@ -45,16 +45,9 @@ constexpr int16_t kOffsetValueWithExpireVersion = 1;
 constexpr int16_t kGroupMetadataValueVersion = 3;
 constexpr int16_t kConsumerGroupValueVersion = 0;
 
-// `version` as an int16 then `message` at that version. Lengths were bounded where the values
-// came from (request decoding), so the message is encodable at the version we choose.
 template <typename M>
 std::vector<uint8_t> Encode(const M& message, int16_t version) {
-  p::Bytes out;
-  out.reserve(2 + message.Size(version));
-  p::Writer w(out);
-  w.WriteInt16(version);
-  message.Encode(w, version);
-  return out;
+  return EncodeVersioned(message, version);
 }
 
 template <typename K, typename V>

@@ -30,9 +30,23 @@
 #include <vector>
 
 #include "common/protocol/uuid.h"
+#include "common/protocol/wire.h"
 #include "common/util/status.h"
 
 namespace runnel::brokerd::group {
+
+// `version` as an int16 then `message` (a generated `data` message) at that version: how
+// every key and value of a coordinator's records is framed (__transaction_state's too). The
+// values come from decoded requests, so they fit the version chosen.
+template <typename M>
+std::vector<uint8_t> EncodeVersioned(const M& message, int16_t version) {
+  protocol::Bytes out;
+  out.reserve(2 + message.Size(version));
+  protocol::Writer w(out);
+  w.WriteInt16(version);
+  message.Encode(w, version);
+  return out;
+}
 
 // One record of __consumer_offsets as bytes; `value` is null for a tombstone.
 struct LogRecord {

@@ -38,6 +38,31 @@ struct BrokerContext;
 // (with the topic's id): partition -> leader epoch. A coordinator has a shard for each.
 std::map<int32_t, int32_t> LedPartitions(const BrokerContext& broker, const std::string& topic);
 
+// Brings a coordinator's shards (partition -> shard, each with leader_epoch(), Unload() and
+// Load()) in line with `want` (LedPartitions): unloads the shards of partitions no longer
+// led here or led under another epoch, and makes (`make(partition, epoch)`) and loads one for
+// each newly led partition. A shard leaves the map before it unloads: unloading answers
+// requests, whose callbacks may route again.
+template <typename Shard, typename Make>
+void ReconcileShards(std::map<int32_t, std::unique_ptr<Shard>>& shards,
+                     const std::map<int32_t, int32_t>& want, Make make) {
+  for (auto it = shards.begin(); it != shards.end();) {
+    auto w = want.find(it->first);
+    if (w == want.end() || w->second != it->second->leader_epoch()) {
+      std::unique_ptr<Shard> shard = std::move(it->second);
+      it = shards.erase(it);
+      shard->Unload();
+    } else {
+      ++it;
+    }
+  }
+  for (const auto& [index, epoch] : want) {
+    if (shards.count(index) > 0) continue;
+    Shard* s = (shards[index] = make(index, epoch)).get();
+    s->Load();
+  }
+}
+
 class InternalPartition {
  public:
   using OnBatch = std::function<void(const record::BatchView& batch)>;

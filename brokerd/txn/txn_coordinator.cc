@@ -482,24 +482,10 @@ std::vector<TxnShard*> TxnCoordinator::shards() {
 
 void TxnCoordinator::Reconcile() {
   if (stopped_) return;
-  const std::map<int32_t, int32_t> want = LedPartitions(broker_, std::string(kTxnTopic));
-  for (auto it = shards_.begin(); it != shards_.end();) {
-    auto w = want.find(it->first);
-    if (w == want.end() || w->second != it->second->leader_epoch()) {
-      std::unique_ptr<TxnShard> shard = std::move(it->second);
-      it = shards_.erase(it);
-      shard->Unload();
-    } else {
-      ++it;
-    }
-  }
-  for (const auto& [index, epoch] : want) {
-    if (shards_.count(index) > 0) continue;
-    auto shard = std::make_unique<TxnShard>(*this, broker_, index, epoch);
-    TxnShard* s = shard.get();
-    shards_[index] = std::move(shard);
-    s->Load();
-  }
+  ReconcileShards(shards_, LedPartitions(broker_, std::string(kTxnTopic)),
+                  [this](int32_t index, int32_t epoch) {
+                    return std::make_unique<TxnShard>(*this, broker_, index, epoch);
+                  });
 }
 
 void TxnCoordinator::Stop() {

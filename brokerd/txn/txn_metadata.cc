@@ -43,16 +43,6 @@ bool ExpectedIsValid(const TxnMetadata& m, const ProducerIdAndEpoch& e) {
          (e.producer_id == m.previous_producer_id && EpochExhausted(e.producer_epoch));
 }
 
-template <typename M>
-std::vector<uint8_t> Framed(const M& message, int16_t version) {
-  p::Bytes out;
-  out.reserve(2 + message.Size(version));
-  p::Writer w(out);
-  w.WriteInt16(version);
-  message.Encode(w, version);
-  return out;
-}
-
 }  // namespace
 
 std::string_view TxnStateName(TxnState state) {
@@ -253,13 +243,14 @@ group::LogRecord EncodeTxnRecord(const TxnMetadata& m) {
   value.transaction_start_timestamp_ms = m.start_timestamp_ms;
   value.client_transaction_version = m.client_transaction_version;
   const int16_t version = m.client_transaction_version >= 2 ? kFlexibleValueVersion : kValueVersion;
-  return group::LogRecord{Framed(key, kKeyVersion), Framed(value, version)};
+  return group::LogRecord{group::EncodeVersioned(key, kKeyVersion),
+                          group::EncodeVersioned(value, version)};
 }
 
 group::LogRecord EncodeTxnTombstone(const std::string& transactional_id) {
   p::TransactionLogKey key;
   key.transactional_id = transactional_id;
-  return group::LogRecord{Framed(key, kKeyVersion), std::nullopt};
+  return group::LogRecord{group::EncodeVersioned(key, kKeyVersion), std::nullopt};
 }
 
 StatusOr<ParsedTxnRecord> ParseTxnRecord(std::span<const uint8_t> key,
