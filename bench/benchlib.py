@@ -582,6 +582,8 @@ COMMON_SERVER = {
     "num.partitions": "1",
     "default.replication.factor": "1",
     "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
 }
 # Kafka's own defaults where scripts/peers/kafka sets small-machine values for tests.

@@ -87,9 +87,10 @@ Broker::Broker(const config::Config& config)
         controller_.AllocateProducerIds(req, std::chrono::seconds(10), std::move(done));
       }),
       txn_markers_(metadata_, partitions_, appends_, node_id_),
-      context_{loop_,       config_,  metadata_, controller_,   node_id_,    storage_,
-               partitions_, appends_, groups_,   producer_ids_, txn_markers_},
+      context_{loop_,       config_,  metadata_, controller_,   node_id_,     storage_,
+               partitions_, appends_, groups_,   producer_ids_, txn_markers_, txns_},
       groups_(context_),
+      txns_(context_, txn_markers_),
       reconciler_(loop_, metadata_, partitions_, storage_, node_id_,
                   [](const MetadataCache& cache, const TopicInfo& topic) {
                     return StorageConfigsFor(cache, topic);
@@ -106,6 +107,12 @@ Broker::Broker(const config::Config& config)
           }),
       admin_(loop_, metadata_, server_, node_id_) {
   metadata_.set_local_node_id(node_id_);
+  // A transaction's offsets (TxnOffsetCommit) become committed, or are dropped, once its
+  // marker is stored in their __consumer_offsets partition.
+  txn_markers_.AddObserver([this](const TxnMarker& marker) {
+    if (marker.topic != group::kOffsetsTopic) return;
+    groups_.CompleteTransaction(marker.partition, marker.producer_id, marker.commit);
+  });
 }
 
 Broker::~Broker() {
@@ -126,8 +133,9 @@ void Broker::StopLoop() {
     auto pending = std::move(context_.cancel_on_stop);
     context_.cancel_on_stop.clear();
     for (auto& [id, cancel] : pending) cancel();
-    // Group shards answer their parked requests and close their timers.
+    // Coordinator shards answer their parked requests and close their timers.
     groups_.Stop();
+    txns_.Stop();
     server_.Close();
     // Calls in flight on the append socket are dropped unanswered (their connections are
     // closing).
@@ -200,6 +208,7 @@ Status Broker::Start(const std::atomic<bool>& stop) {
   partitions_.OnLayoutChange([this] {
     reconciler_.Kick();
     groups_.Reconcile();
+    txns_.Reconcile();
   });
   append_stream_.Start();
   storage_.StartWatch(
@@ -304,6 +313,7 @@ void Broker::OnMetadata(const runnel::controller::MetadataUpdate& update) {
   }
   reconciler_.Kick();
   groups_.Reconcile();
+  txns_.Reconcile();
 }
 
 int Broker::Run() {

@@ -27,6 +27,7 @@
 #include "brokerd/storage/storage_reconciler.h"
 #include "brokerd/txn/marker_writer.h"
 #include "brokerd/txn/producer_id_manager.h"
+#include "brokerd/txn/txn_coordinator.h"
 #include "common/config/config.h"
 
 namespace runnel::brokerd {
@@ -86,6 +87,7 @@ class Broker {
   TxnMarkerWriter txn_markers_;
   BrokerContext context_;
   group::Coordinator groups_;  // built after context_ (whose config it reads), which names it
+  txn::TxnCoordinator txns_;   // as groups_
   StorageReconciler reconciler_;
   Dispatcher dispatcher_;
   KafkaServer server_;

@@ -1006,7 +1006,7 @@ void ClassicGroup::Leave(std::vector<LeaveMember> members, LeaveDone done) {
 
 ErrorCode ClassicGroup::ValidateOffsetCommit(const std::string& member_id,
                                              const std::optional<std::string>& group_instance_id,
-                                             int32_t generation_id) {
+                                             int32_t generation_id, bool transactional) {
   if (state_ == State::kDead) return ErrorCode::kCoordinatorNotAvailable;
   // Generation -1: the admin client or a consumer not using group management.
   if (generation_id < 0 && state_ == State::kEmpty) return ErrorCode::kNone;
@@ -1014,9 +1014,10 @@ ErrorCode ClassicGroup::ValidateOffsetCommit(const std::string& member_id,
     if (ErrorCode error = ValidateMember(member_id, group_instance_id); error != ErrorCode::kNone)
       return error;
     if (generation_id != generation_) return ErrorCode::kIllegalGeneration;
-  } else if (state_ != State::kEmpty) {
+  } else if (!transactional && state_ != State::kEmpty) {
     return ErrorCode::kUnknownMemberId;
   }
+  if (transactional) return ErrorCode::kNone;
   // The member has the new generation but not its assignment yet: let it finish the sync.
   if (state_ == State::kCompletingRebalance) return ErrorCode::kRebalanceInProgress;
   if (auto it = members_.find(member_id); it != members_.end()) {

@@ -132,14 +132,16 @@ class ClassicGroup {
   // the group Empty it runs after that state is written.
   void Leave(std::vector<LeaveMember> members, LeaveDone done);
 
-  // OffsetCommit (non-transactional) check, Kafka's rules: returns 0 or the error
-  // (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID,
-  // COORDINATOR_NOT_AVAILABLE for Dead). generation -1 with empty member id is the admin/
-  // simple-consumer commit: allowed only when the group is Empty. A valid commit counts as a
-  // heartbeat of the member.
+  // OffsetCommit check, Kafka's rules: returns 0 or the error (UNKNOWN_MEMBER_ID,
+  // ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID, COORDINATOR_NOT_AVAILABLE
+  // for Dead). generation -1 with empty member id is the admin/simple-consumer commit: allowed
+  // only when the group is Empty. A valid commit counts as a heartbeat of the member.
+  // `transactional` (TxnOffsetCommit): v0-v2 requests carry no member, so a commit without
+  // member and generation is allowed in any state, and the group state is not checked (no
+  // REBALANCE_IN_PROGRESS); no heartbeat either.
   ErrorCode ValidateOffsetCommit(const std::string& member_id,
                                  const std::optional<std::string>& group_instance_id,
-                                 int32_t generation_id);
+                                 int32_t generation_id, bool transactional = false);
   // OffsetFetch v9 (member_id, member_epoch) check. Kafka's classic group accepts any member
   // id and epoch (only a Dead group fails, with GROUP_ID_NOT_FOUND).
   ErrorCode ValidateOffsetFetch(const std::string& member_id, int32_t member_epoch);

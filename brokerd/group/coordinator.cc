@@ -6,11 +6,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 
 #include "brokerd/group/coordinator_internal.h"
 #include "brokerd/handlers/handler.h"
-#include "brokerd/handlers/wait.h"
+#include "brokerd/storage/internal_partition.h"
 #include "common/protocol/error_code.h"
 
 namespace runnel::brokerd::group {
@@ -18,9 +17,6 @@ namespace runnel::brokerd::group {
 using internal::kLog;
 
 namespace {
-
-constexpr std::chrono::milliseconds kCreateTopicTimeout{10000};
-constexpr int64_t kTopicWaitMs = 10000;
 
 // Decodes one UTF-8 sequence at `s[*i]` into a code point, advancing *i; nullopt (advancing
 // by one byte) when the bytes there are not a valid, shortest-form sequence.
@@ -137,13 +133,31 @@ std::vector<std::string> MetadataTopicLookup::AllNames() const {
   return names;
 }
 
+bool GroupSlot::HasPendingTxnOffset(const TopicPartition& tp) const {
+  for (const auto& [producer_id, txn] : pending_txn_offsets) {
+    if (txn.count(tp) > 0) return true;
+  }
+  return false;
+}
+
 bool GroupSlot::Unused() const {
-  return !classic && !consumer && offsets.empty() && pending_commits == 0;
+  return !classic && !consumer && offsets.empty() && pending_commits == 0 &&
+         pending_txn_offsets.empty();
 }
 // ---- Coordinator ---------------------------------------------------------------------------
 
 Coordinator::Coordinator(BrokerContext& broker)
-    : broker_(broker), config_(GroupConfig::FromConfig(broker.config)) {}
+    : broker_(broker),
+      config_(GroupConfig::FromConfig(broker.config)),
+      offsets_topic_(broker, std::string(kOffsetsTopic), [&broker] {
+        const config::Config& c = broker.config;
+        return InternalTopic::Spec{
+            c.GetInt("offsets.topic.num.partitions"),
+            c.GetInt("offsets.topic.replication.factor"),
+            {{"cleanup.policy", "compact"},
+             {"compression.type", "producer"},
+             {"segment.bytes", std::to_string(c.GetInt("offsets.topic.segment.bytes"))}}};
+      }) {}
 
 Coordinator::~Coordinator() { Stop(); }
 
@@ -182,66 +196,7 @@ Coordinator::Route Coordinator::RouteGroup(std::string_view group_id) {
 }
 
 void Coordinator::EnsureOffsetsTopic(std::function<void(ErrorCode error)> done) {
-  if (broker_.metadata.FindTopic(std::string(kOffsetsTopic)) != nullptr)
-    return done(ErrorCode::kNone);
-  const int32_t replication = broker_.config.GetInt("offsets.topic.replication.factor");
-  int32_t alive = 0;
-  for (const auto& [id, b] : broker_.metadata.brokers()) {
-    if (!b.fenced) ++alive;
-  }
-  if (alive < replication) {
-    kLog()->warn("cannot create {}: {} broker(s) alive, offsets.topic.replication.factor is {}",
-                 kOffsetsTopic, alive, replication);
-    return done(ErrorCode::kCoordinatorNotAvailable);
-  }
-  ensure_waiters_.push_back(std::move(done));
-  if (ensure_in_flight_) return;
-  ensure_in_flight_ = true;
-
-  runnel::controller::CreateTopicsRequest req;
-  auto* t = req.add_topics();
-  t->set_name(std::string(kOffsetsTopic));
-  t->set_num_partitions(broker_.config.GetInt("offsets.topic.num.partitions"));
-  t->set_replication_factor(replication);
-  auto add_config = [t](const std::string& name, const std::string& value) {
-    auto* c = t->add_configs();
-    c->set_name(name);
-    c->set_value(value);
-  };
-  add_config("cleanup.policy", "compact");
-  add_config("compression.type", "producer");
-  add_config("segment.bytes", std::to_string(broker_.config.GetInt("offsets.topic.segment.bytes")));
-  broker_.controller.CreateTopics(
-      req, kCreateTopicTimeout,
-      [this](const grpc::Status& status, const runnel::controller::CreateTopicsResponse& resp) {
-        const ErrorCode error = status.ok() && resp.topics_size() == 1
-                                    ? protocol::ErrorFromWire(resp.topics(0).error_code())
-                                    : ErrorCode::kUnknownServerError;
-        if (error != ErrorCode::kNone && error != ErrorCode::kTopicAlreadyExists) {
-          kLog()->warn("creating {} failed: {}", kOffsetsTopic,
-                       status.ok() ? (resp.topics_size() == 1 ? resp.topics(0).error_message()
-                                                              : std::string("no result"))
-                                   : status.error_message());
-          return FinishEnsure(ErrorCode::kCoordinatorNotAvailable);
-        }
-        if (error == ErrorCode::kNone) kLog()->info("created {}", kOffsetsTopic);
-        WaitForMetadata(
-            broker_,
-            [this] { return broker_.metadata.FindTopic(std::string(kOffsetsTopic)) != nullptr; },
-            kTopicWaitMs,
-            [this] {
-              FinishEnsure(broker_.metadata.FindTopic(std::string(kOffsetsTopic)) != nullptr
-                               ? ErrorCode::kNone
-                               : ErrorCode::kCoordinatorNotAvailable);
-            });
-      });
-}
-
-void Coordinator::FinishEnsure(ErrorCode error) {
-  ensure_in_flight_ = false;
-  auto waiters = std::move(ensure_waiters_);
-  ensure_waiters_.clear();
-  for (auto& w : waiters) w(error);
+  offsets_topic_.Ensure(std::move(done));
 }
 
 struct Coordinator::LoadWait {
@@ -289,6 +244,22 @@ void Coordinator::EndLoadWait(uint64_t id) {
   then();
 }
 
+void Coordinator::CompleteTransaction(int32_t offsets_partition, int64_t producer_id, bool commit) {
+  auto it = shards_.find(offsets_partition);
+  if (it == shards_.end()) return;
+  Shard& shard = *it->second;
+  switch (shard.state()) {
+    case Shard::State::kLoading:
+      shard.NoteMarkerDuringLoad();
+      return;
+    case Shard::State::kActive:
+      shard.EndTransaction(producer_id, commit);
+      return;
+    case Shard::State::kUnloaded:
+      return;
+  }
+}
+
 std::vector<Shard*> Coordinator::shards() {
   std::vector<Shard*> out;
   for (auto& [p, shard] : shards_) out.push_back(shard.get());
@@ -297,17 +268,7 @@ std::vector<Shard*> Coordinator::shards() {
 
 void Coordinator::Reconcile() {
   if (stopped_) return;
-  std::map<int32_t, int32_t> want;  // partition -> leader epoch
-  const brokerd::TopicInfo* topic = broker_.metadata.FindTopic(std::string(kOffsetsTopic));
-  if (topic != nullptr && broker_.partitions.ready()) {
-    const std::string topic_id = topic->id.ToString();
-    for (const auto& [index, p] : topic->partitions) {
-      if (p.leader != broker_.node_id) continue;
-      const StoredPartition* stored = broker_.partitions.Find(topic->name, index);
-      if (stored == nullptr || stored->topic_id != topic_id) continue;
-      want[index] = p.leader_epoch;
-    }
-  }
+  const std::map<int32_t, int32_t> want = LedPartitions(broker_, std::string(kOffsetsTopic));
   for (auto it = shards_.begin(); it != shards_.end();) {
     auto w = want.find(it->first);
     if (w == want.end() || w->second != it->second->leader_epoch()) {

@@ -22,6 +22,13 @@
 // given by an old OffsetCommit (v2-v4 retention_time_ms) wins. A group left with no members
 // and no offsets is removed, with its tombstone.
 //
+// Transactional offsets (TxnOffsetCommit, KIP-98) are written as a transactional batch of the
+// producer and stay pending, per group and producer id, until the transaction's marker is in
+// the partition: a COMMIT makes them the committed offsets (unless a later record in the log
+// committed the partition since), an ABORT drops them. Replay does the same with the batches
+// and markers it meets; OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for a
+// partition with a pending transactional offset.
+//
 // Runs on the broker's loop thread only.
 #pragma once
 
@@ -35,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "brokerd/controller/internal_topic.h"
 #include "brokerd/group/classic_group.h"
 #include "brokerd/group/consumer_group.h"
 #include "brokerd/group/group_env.h"
@@ -62,6 +70,11 @@ struct CommittedOffset {
   std::string metadata;
   int64_t commit_timestamp_ms = 0;
   int64_t expire_timestamp_ms = -1;
+  // The log offset of the record holding it, -1 when unknown: a committed transaction's offset
+  // replaces the committed one only when its record is later in the log (Kafka's rule, which
+  // keeps the latest commit of a mix of plain and transactional ones whatever the order of
+  // their completions).
+  int64_t record_offset = -1;
 };
 
 using TopicPartition = std::pair<std::string, int32_t>;
@@ -77,8 +90,13 @@ struct GroupSlot {
   // partition (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for these).
   int pending_commits = 0;
   std::map<TopicPartition, int> pending_partitions;
+  // Transactional offsets stored but not yet ended by a marker, by producer id (Kafka's
+  // pendingTransactionalOffsets of this group). Not visible to OffsetFetch.
+  std::map<int64_t, std::map<TopicPartition, CommittedOffset>> pending_txn_offsets;
 
-  // No group object, no offsets, nothing in flight: the slot can go.
+  // Some open transaction has an offset for `tp`.
+  bool HasPendingTxnOffset(const TopicPartition& tp) const;
+  // No group object, no offsets, nothing in flight or pending: the slot can go.
   bool Unused() const;
 };
 
@@ -141,11 +159,28 @@ class Shard final : public GroupEnv {
   // `done` gets the Write error otherwise.
   void CommitOffsets(const std::string& group_id, std::vector<Commit> commits,
                      std::function<void(ErrorCode error)> done);
-  // Writes tombstones for those of `partitions` the group has offsets for, then forgets them.
+  // Writes the commits of the transaction of `producer_id` (at `producer_epoch`) as one
+  // transactional batch with no sequence, a coordinator-origin append as Kafka's group
+  // coordinator writes them; once stored they are pending offsets of the group until the
+  // transaction ends (EndTransaction). `done` gets 0, the producer's error from storage
+  // (INVALID_PRODUCER_EPOCH, ...) or the Write error.
+  void CommitTxnOffsets(const std::string& group_id, int64_t producer_id, int16_t producer_epoch,
+                        std::vector<Commit> commits, std::function<void(ErrorCode error)> done);
+  // The transaction of `producer_id` ended with a marker stored in this partition: COMMIT
+  // makes its pending offsets (of every group here) committed, except where the committed
+  // offset's record is later in the log; ABORT drops them.
+  void EndTransaction(int64_t producer_id, bool commit);
+  // A marker was stored while the shard loads: the load reads on to the new log end, so the
+  // marker is replayed rather than applied before the offsets it ends are.
+  void NoteMarkerDuringLoad() { marker_during_load_ = true; }
+
+  // Writes tombstones for those of `partitions` the group has offsets for (committed or
+  // pending in a transaction), then forgets them.
   void DeleteOffsets(const std::string& group_id, const std::vector<TopicPartition>& partitions,
                      std::function<void(ErrorCode error)> done);
   // Removes the slot at once and writes tombstones for every offset of the group (those
-  // still being committed included) and for the group itself; `done` gets the write's
+  // still being committed and those pending in transactions included) and for the group
+  // itself; `done` gets the write's
   // result. The caller checked the group has no members.
   void DeleteGroup(const std::string& group_id, std::function<void(ErrorCode error)> done);
   // One expiry pass now (the shard runs one every offsets.retention.check.interval.ms);
@@ -163,14 +198,35 @@ class Shard final : public GroupEnv {
  private:
   friend class Coordinator;
 
+  // The producer of a transactional write.
+  struct TxnProducer {
+    int64_t id = -1;
+    int16_t epoch = -1;
+  };
+  // A write's result: the coordinator's error (as Write gives it), the append's own error
+  // (0 when the append did not answer) and the offset of the batch's first record (-1 on
+  // error).
+  using AppendDone =
+      std::function<void(ErrorCode error, ErrorCode append_error, int64_t base_offset)>;
+  // The records of `commits`, counted as in flight for the group until the write ends.
+  std::vector<LogRecord> StartCommits(const std::string& group_id,
+                                      const std::vector<Commit>& commits);
+  // Write, transactional when `producer` is set.
+  void Append(std::vector<LogRecord> records, std::optional<TxnProducer> producer, AppendDone done);
+
   void ReadNext(int64_t offset);
   void OnRead(const grpc::Status& status, storage::ReadResponse& resp, int64_t offset);
   void RetryRead(int64_t offset);
-  void Replay(const ParsedRecord& record);
+  // `record_offset`: the record's offset in the log; `producer_id`: the batch's producer when
+  // the batch is transactional, else -1.
+  void Replay(const ParsedRecord& record, int64_t record_offset, int64_t producer_id);
+  void ReplayOffset(const ParsedOffset& o, int64_t record_offset, int64_t producer_id);
+  // Forgets the offsets `tp` of the group's open transactions (a tombstone replaces them).
+  void DropPendingTxnOffsets(GroupSlot& slot, const TopicPartition& tp);
   void FinishLoad();
   void ScheduleExpiry();
   void PostWriteResult(uint64_t id, ErrorCode error);
-  void CompleteWrite(uint64_t id, ErrorCode error);
+  void CompleteWrite(uint64_t id, ErrorCode error, ErrorCode append_error, int64_t base_offset);
   void FailPendingWrites();
   std::vector<LogRecord> GroupTombstones(const std::string& group_id, const GroupSlot& slot);
 
@@ -188,10 +244,16 @@ class Shard final : public GroupEnv {
   int64_t load_end_ = -1;  // log end offset seen by the first read
   int load_restarts_ = 0;
   std::map<std::string, ClassicGroupValue> loaded_classic_;
+  bool marker_during_load_ = false;
+  int load_extensions_ = 0;
+
+  // The groups with pending offsets of each open transaction, by producer id (an index of
+  // GroupSlot::pending_txn_offsets; a group listed may have none left).
+  std::map<int64_t, std::set<std::string>> txn_groups_;
 
   // Writes not yet answered, by id.
   uint64_t next_write_ = 1;
-  std::map<uint64_t, std::function<void(ErrorCode)>> pending_writes_;
+  std::map<uint64_t, AppendDone> pending_writes_;
 
   TimerId next_timer_ = 1;
   std::map<TimerId, UvTimer> timers_;  // started and not yet run nor cancelled
@@ -234,6 +296,12 @@ class Coordinator {
   void WaitUntilLoaded(std::vector<std::string> group_ids, int64_t timeout_ms,
                        std::function<void()> then);
 
+  // A COMMIT (`commit`) or ABORT marker of `producer_id` was stored in partition
+  // `offsets_partition` of __consumer_offsets (TxnMarkerWriter's observer): the shard makes
+  // the transaction's offsets committed or drops them. A loading shard replays the marker
+  // instead; a partition not led here has nothing to do.
+  void CompleteTransaction(int32_t offsets_partition, int64_t producer_id, bool commit);
+
   // Shards currently led here (loading or active), for ListGroups.
   std::vector<Shard*> shards();
 
@@ -247,7 +315,6 @@ class Coordinator {
 
  private:
   struct LoadWait;
-  void FinishEnsure(ErrorCode error);
   bool AnyLoading(const std::vector<std::string>& group_ids);
   // Ends the wait `id` (if still there), then runs its `then`.
   void EndLoadWait(uint64_t id);
@@ -256,8 +323,7 @@ class Coordinator {
   GroupConfig config_;
   std::map<int32_t, std::unique_ptr<Shard>> shards_;
   bool stopped_ = false;
-  bool ensure_in_flight_ = false;
-  std::vector<std::function<void(ErrorCode)>> ensure_waiters_;
+  InternalTopic offsets_topic_;
   std::map<uint64_t, std::unique_ptr<LoadWait>> load_waits_;
   uint64_t next_load_wait_ = 1;
 };

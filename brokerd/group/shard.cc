@@ -70,6 +70,14 @@ void Shard::CancelTimer(TimerId id) {
 }
 
 void Shard::Write(std::vector<LogRecord> records, std::function<void(ErrorCode error)> done) {
+  Append(std::move(records), std::nullopt,
+         [done = std::move(done)](ErrorCode error, ErrorCode, int64_t) {
+           if (done) done(error);
+         });
+}
+
+void Shard::Append(std::vector<LogRecord> records, std::optional<TxnProducer> producer,
+                   AppendDone done) {
   const uint64_t id = next_write_++;
   pending_writes_.emplace(id, std::move(done));
   if (state_ != State::kActive) return PostWriteResult(id, ErrorCode::kNotCoordinator);
@@ -78,6 +86,13 @@ void Shard::Write(std::vector<LogRecord> records, std::function<void(ErrorCode e
   record::BatchBuilder::Options options;
   options.compression = CompressionFor(config_.offsets_compression_codec);
   options.partition_leader_epoch = leader_epoch_;
+  if (producer.has_value()) {
+    // Kafka's transactional offset commit: the producer's id and epoch, no sequence.
+    options.producer_id = producer->id;
+    options.producer_epoch = producer->epoch;
+    options.base_sequence = -1;
+    options.transactional = true;
+  }
   record::BatchBuilder builder(options);
   const int64_t now = NowMs();
   for (const LogRecord& r : records) {
@@ -96,39 +111,45 @@ void Shard::Write(std::vector<LogRecord> records, std::function<void(ErrorCode e
   append.set_partition(partition_);
   append.set_leader_epoch(leader_epoch_);
   append.set_records(batch->data(), batch->size());
+  // A coordinator's batch (Kafka's AppendOrigin COORDINATOR): storaged takes a transactional
+  // batch without sequence from it, checking the producer epoch only.
+  append.set_coordinator_origin(producer.has_value());
   std::weak_ptr<bool> alive = alive_;
   broker_.appends.Append(
       std::move(append), std::chrono::milliseconds(config_.offsets_commit_timeout_ms),
       [this, alive, id](const grpc::Status& status, const storage::AppendPartitionResult& r) {
         if (alive.expired()) return;
+        ErrorCode append_error = ErrorCode::kNone;
         ErrorCode error = ErrorCode::kNone;
         if (!status.ok()) {
           error = CoordinatorWriteError(StorageCallError(status));
         } else {
-          error = CoordinatorWriteError(protocol::ErrorFromWire(r.error_code()));
+          append_error = protocol::ErrorFromWire(r.error_code());
+          error = CoordinatorWriteError(append_error);
         }
         if (error != ErrorCode::kNone) {
           kLog()->warn("__consumer_offsets-{}: write failed: {} {}", partition_,
                        status.ok() ? std::to_string(r.error_code()) : status.error_message(),
                        r.error_message());
         }
-        CompleteWrite(id, error);
+        CompleteWrite(id, error, append_error, error == ErrorCode::kNone ? r.base_offset() : -1);
       });
 }
 
 void Shard::PostWriteResult(uint64_t id, ErrorCode error) {
   std::weak_ptr<bool> alive = alive_;
   broker_.loop.Post([this, alive, id, error] {
-    if (!alive.expired()) CompleteWrite(id, error);
+    if (!alive.expired()) CompleteWrite(id, error, ErrorCode::kNone, -1);
   });
 }
 
-void Shard::CompleteWrite(uint64_t id, ErrorCode error) {
+void Shard::CompleteWrite(uint64_t id, ErrorCode error, ErrorCode append_error,
+                          int64_t base_offset) {
   auto it = pending_writes_.find(id);
   if (it == pending_writes_.end()) return;  // answered at unload
-  std::function<void(ErrorCode)> done = std::move(it->second);
+  AppendDone done = std::move(it->second);
   pending_writes_.erase(it);
-  if (done) done(error);
+  if (done) done(error, append_error, base_offset);
 }
 
 void Shard::FailPendingWrites() {
@@ -137,7 +158,7 @@ void Shard::FailPendingWrites() {
     auto writes = std::move(pending_writes_);
     pending_writes_.clear();
     for (auto& [id, done] : writes) {
-      if (done) done(ErrorCode::kNotCoordinator);
+      if (done) done(ErrorCode::kNotCoordinator, ErrorCode::kNone, -1);
     }
   }
   pending_writes_.clear();
@@ -154,6 +175,7 @@ void Shard::Unload() {
   FailPendingWrites();
   groups_.clear();  // the groups' destructors cancel their timers
   loaded_classic_.clear();
+  txn_groups_.clear();  // pending transactional offsets come back with the next load
   timers_.clear();
   load_done_ = nullptr;
   kLog()->debug("unloaded __consumer_offsets-{}", partition_);

@@ -8,6 +8,7 @@
 #include "brokerd/handlers/handler.h"
 #include "common/protocol/error_code.h"
 #include "common/record/batch.h"
+#include "common/record/control.h"
 
 namespace runnel::brokerd::group {
 
@@ -19,6 +20,9 @@ constexpr int32_t kLoadReadBytes = 4 << 20;
 constexpr std::chrono::milliseconds kReadTimeout{30000};
 constexpr int64_t kLoadRetryMs = 1000;
 constexpr int kMaxLoadRestarts = 100;
+// Markers stored while loading make the load read on to the new log end, this many times at
+// most (nothing but markers is appended to a loading shard's partition).
+constexpr int kMaxLoadExtensions = 100;
 
 }  // namespace
 
@@ -85,7 +89,20 @@ void Shard::OnRead(const grpc::Status& status, storage::ReadResponse& resp, int6
   for (const record::BatchView& batch : *batches) {
     if (batch.base_offset() >= load_end_) break;
     next = std::max(next, batch.last_offset() + 1);
-    if (batch.is_control()) continue;
+    if (batch.is_control()) {
+      // A transaction marker ends the producer's pending offsets here (Kafka's
+      // replayEndTransactionMarker); other control records mean nothing to groups.
+      std::optional<record::EndTxnMarker> marker;
+      protocol::KafkaError error = record::ReadEndTxnMarker(batch, &marker);
+      if (!error.ok()) {
+        kLog()->debug("__consumer_offsets-{}: skipping the control batch at {}: {}", partition_,
+                      batch.base_offset(), error.message);
+      } else if (marker.has_value()) {
+        EndTransaction(batch.producer_id(), marker->commit);
+      }
+      continue;
+    }
+    const int64_t producer_id = batch.is_transactional() ? batch.producer_id() : -1;
     Status st = record::ForEachRecord(batch, [&](const record::Record& rec) {
       if (!rec.key.has_value()) return true;
       StatusOr<ParsedRecord> parsed = ParseRecord(*rec.key, rec.value);
@@ -96,7 +113,7 @@ void Shard::OnRead(const grpc::Status& status, storage::ReadResponse& resp, int6
         }
         return true;
       }
-      Replay(*parsed);
+      Replay(*parsed, batch.base_offset() + rec.offset_delta, producer_id);
       return true;
     });
     if (!st.ok()) {
@@ -105,25 +122,46 @@ void Shard::OnRead(const grpc::Status& status, storage::ReadResponse& resp, int6
     }
   }
   // Done at the end seen when the load began, or when a read brings nothing new (only batches
-  // at or past that end): reading the same offset again would loop.
-  if (batches->empty() || next >= load_end_ || next == offset) return FinishLoad();
+  // at or past that end): reading the same offset again would loop. A marker stored meanwhile
+  // may end transactions whose offsets were just replayed: read on to the new end for it.
+  if (batches->empty() || next >= load_end_ || next == offset) {
+    if (!marker_during_load_ || ++load_extensions_ > kMaxLoadExtensions) return FinishLoad();
+    marker_during_load_ = false;
+    load_end_ = -1;  // the next read's log end
+    return ReadNext(std::max(next, offset));
+  }
   ReadNext(next);
 }
 
-void Shard::Replay(const ParsedRecord& record) {
-  if (const auto* o = std::get_if<ParsedOffset>(&record)) {
-    const TopicPartition tp{o->key.topic, o->key.partition};
-    if (o->value.has_value()) {
-      CommittedOffset& c = groups_[o->key.group].offsets[tp];
-      c.offset = o->value->offset;
-      c.leader_epoch = o->value->leader_epoch;
-      c.metadata = o->value->metadata;
-      c.commit_timestamp_ms = o->value->commit_timestamp_ms;
-      c.expire_timestamp_ms = o->value->expire_timestamp_ms;
-    } else if (GroupSlot* slot = Find(o->key.group)) {
+void Shard::ReplayOffset(const ParsedOffset& o, int64_t record_offset, int64_t producer_id) {
+  const TopicPartition tp{o.key.topic, o.key.partition};
+  if (!o.value.has_value()) {
+    // A tombstone deletes the committed offset and those of open transactions (Kafka).
+    if (GroupSlot* slot = Find(o.key.group)) {
       slot->offsets.erase(tp);
+      DropPendingTxnOffsets(*slot, tp);
     }
     return;
+  }
+  GroupSlot& slot = groups_[o.key.group];
+  CommittedOffset c;
+  c.offset = o.value->offset;
+  c.leader_epoch = o.value->leader_epoch;
+  c.metadata = o.value->metadata;
+  c.commit_timestamp_ms = o.value->commit_timestamp_ms;
+  c.expire_timestamp_ms = o.value->expire_timestamp_ms;
+  c.record_offset = record_offset;
+  if (producer_id < 0) {
+    slot.offsets[tp] = std::move(c);
+    return;
+  }
+  slot.pending_txn_offsets[producer_id][tp] = std::move(c);
+  txn_groups_[producer_id].insert(o.key.group);
+}
+
+void Shard::Replay(const ParsedRecord& record, int64_t record_offset, int64_t producer_id) {
+  if (const auto* o = std::get_if<ParsedOffset>(&record)) {
+    return ReplayOffset(*o, record_offset, producer_id);
   }
   if (const auto* g = std::get_if<ParsedClassicGroup>(&record)) {
     if (g->value.has_value()) {

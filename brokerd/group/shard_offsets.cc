@@ -39,12 +39,44 @@ std::optional<std::vector<std::string>> SubscriptionTopics(const std::vector<uin
   return topics;
 }
 
+// A transactional write's error for TxnOffsetCommit: the producer's own errors from the
+// append go to the client as they are (Kafka passes them through), everything else as any
+// coordinator write.
+ErrorCode TxnWriteError(ErrorCode error, ErrorCode append_error) {
+  switch (append_error) {
+    case ErrorCode::kInvalidProducerEpoch:
+    case ErrorCode::kProducerFenced:
+    case ErrorCode::kInvalidProducerIdMapping:
+    case ErrorCode::kInvalidTxnState:
+    case ErrorCode::kTransactionCoordinatorFenced:
+    case ErrorCode::kTransactionAbortable:
+      return append_error;
+    default:
+      return error;
+  }
+}
+
+// A commit of `tp` is no longer in flight.
+void EndPendingCommit(GroupSlot& slot, const TopicPartition& tp) {
+  auto it = slot.pending_partitions.find(tp);
+  if (it != slot.pending_partitions.end() && --it->second <= 0) slot.pending_partitions.erase(it);
+}
+
+void FillOffset(const OffsetValue& value, int64_t record_offset, CommittedOffset* o) {
+  o->offset = value.offset;
+  o->leader_epoch = value.leader_epoch;
+  o->metadata = value.metadata;
+  o->commit_timestamp_ms = value.commit_timestamp_ms;
+  o->expire_timestamp_ms = value.expire_timestamp_ms;
+  o->record_offset = record_offset;
+}
+
 }  // namespace
 
 // ---- Offsets -------------------------------------------------------------------------------
 
-void Shard::CommitOffsets(const std::string& group_id, std::vector<Commit> commits,
-                          std::function<void(ErrorCode error)> done) {
+std::vector<LogRecord> Shard::StartCommits(const std::string& group_id,
+                                           const std::vector<Commit>& commits) {
   std::vector<LogRecord> records;
   records.reserve(commits.size());
   GroupSlot& slot = FindOrCreate(group_id);
@@ -53,27 +85,104 @@ void Shard::CommitOffsets(const std::string& group_id, std::vector<Commit> commi
     ++slot.pending_partitions[{c.topic, c.partition}];
   }
   ++slot.pending_commits;
+  return records;
+}
+
+void Shard::CommitOffsets(const std::string& group_id, std::vector<Commit> commits,
+                          std::function<void(ErrorCode error)> done) {
+  std::vector<LogRecord> records = StartCommits(group_id, commits);
   auto shared = std::make_shared<std::vector<Commit>>(std::move(commits));
-  Write(std::move(records), [this, group_id, shared, done = std::move(done)](ErrorCode error) {
-    if (GroupSlot* slot = Find(group_id)) {
-      --slot->pending_commits;
-      for (const Commit& c : *shared) {
-        auto it = slot->pending_partitions.find({c.topic, c.partition});
-        if (it != slot->pending_partitions.end() && --it->second <= 0) {
-          slot->pending_partitions.erase(it);
+  Append(std::move(records), std::nullopt,
+         [this, group_id, shared, done = std::move(done)](ErrorCode error, ErrorCode,
+                                                          int64_t base_offset) {
+           if (GroupSlot* slot = Find(group_id)) {
+             --slot->pending_commits;
+             for (size_t i = 0; i < shared->size(); ++i) {
+               const Commit& c = (*shared)[i];
+               const TopicPartition tp{c.topic, c.partition};
+               EndPendingCommit(*slot, tp);
+               if (error != ErrorCode::kNone || state_ != State::kActive) continue;
+               // Record i of the batch is at base_offset + i. A committed transaction's offset
+               // from later in the log stays (completions come in log order, so only a
+               // misordered one would lose here, as its replay would).
+               const int64_t record_offset = base_offset + static_cast<int64_t>(i);
+               CommittedOffset& o = slot->offsets[tp];
+               if (o.record_offset > record_offset) continue;
+               FillOffset(c.value, record_offset, &o);
+             }
+             if (slot->Unused() && state_ == State::kActive) groups_.erase(group_id);
+           }
+           done(error);
+         });
+}
+
+void Shard::CommitTxnOffsets(const std::string& group_id, int64_t producer_id,
+                             int16_t producer_epoch, std::vector<Commit> commits,
+                             std::function<void(ErrorCode error)> done) {
+  std::vector<LogRecord> records = StartCommits(group_id, commits);
+  auto shared = std::make_shared<std::vector<Commit>>(std::move(commits));
+  Append(std::move(records), TxnProducer{producer_id, producer_epoch},
+         [this, group_id, producer_id, shared, done = std::move(done)](
+             ErrorCode error, ErrorCode append_error, int64_t base_offset) {
+           const ErrorCode result = TxnWriteError(error, append_error);
+           if (GroupSlot* slot = Find(group_id)) {
+             --slot->pending_commits;
+             for (size_t i = 0; i < shared->size(); ++i) {
+               const Commit& c = (*shared)[i];
+               const TopicPartition tp{c.topic, c.partition};
+               EndPendingCommit(*slot, tp);
+               if (error != ErrorCode::kNone || state_ != State::kActive) continue;
+               // Pending until the transaction's marker (EndTransaction); a later commit of
+               // the same partition in this transaction replaces it, as in Kafka.
+               FillOffset(c.value, base_offset + static_cast<int64_t>(i),
+                          &slot->pending_txn_offsets[producer_id][tp]);
+               txn_groups_[producer_id].insert(group_id);
+             }
+             if (slot->Unused() && state_ == State::kActive) groups_.erase(group_id);
+           }
+           done(result);
+         });
+}
+
+void Shard::EndTransaction(int64_t producer_id, bool commit) {
+  auto it = txn_groups_.find(producer_id);
+  if (it == txn_groups_.end()) return;  // no offsets of this transaction here
+  const std::set<std::string> group_ids = std::move(it->second);
+  txn_groups_.erase(it);
+  for (const std::string& group_id : group_ids) {
+    GroupSlot* slot = Find(group_id);
+    if (slot == nullptr) continue;
+    auto txn = slot->pending_txn_offsets.find(producer_id);
+    if (txn == slot->pending_txn_offsets.end()) continue;
+    std::map<TopicPartition, CommittedOffset> offsets = std::move(txn->second);
+    slot->pending_txn_offsets.erase(txn);
+    if (commit) {
+      for (auto& [tp, o] : offsets) {
+        auto cur = slot->offsets.find(tp);
+        if (cur != slot->offsets.end() && cur->second.record_offset >= o.record_offset) {
+          kLog()->debug(
+              "group {}: transactional offset of {}-{} at record {} (producer {}) is older than "
+              "the committed one at {}; kept the latter",
+              group_id, tp.first, tp.second, o.record_offset, producer_id,
+              cur->second.record_offset);
+          continue;
         }
-        if (error != ErrorCode::kNone || state_ != State::kActive) continue;
-        CommittedOffset& o = slot->offsets[{c.topic, c.partition}];
-        o.offset = c.value.offset;
-        o.leader_epoch = c.value.leader_epoch;
-        o.metadata = c.value.metadata;
-        o.commit_timestamp_ms = c.value.commit_timestamp_ms;
-        o.expire_timestamp_ms = c.value.expire_timestamp_ms;
+        slot->offsets[tp] = std::move(o);
       }
-      if (slot->Unused() && state_ == State::kActive) groups_.erase(group_id);
     }
-    done(error);
-  });
+    if (state_ == State::kActive && slot->Unused()) groups_.erase(group_id);
+  }
+}
+
+void Shard::DropPendingTxnOffsets(GroupSlot& slot, const TopicPartition& tp) {
+  for (auto it = slot.pending_txn_offsets.begin(); it != slot.pending_txn_offsets.end();) {
+    it->second.erase(tp);
+    if (it->second.empty()) {
+      it = slot.pending_txn_offsets.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void Shard::DeleteOffsets(const std::string& group_id,
@@ -83,7 +192,8 @@ void Shard::DeleteOffsets(const std::string& group_id,
   std::vector<TopicPartition> deleted;
   if (GroupSlot* slot = Find(group_id)) {
     for (const TopicPartition& tp : partitions) {
-      if (slot->offsets.count(tp) == 0) continue;
+      // Kafka writes the tombstone for a committed offset or a pending transactional one.
+      if (slot->offsets.count(tp) == 0 && !slot->HasPendingTxnOffset(tp)) continue;
       if (std::find(deleted.begin(), deleted.end(), tp) != deleted.end()) continue;
       records.push_back(OffsetTombstone(OffsetKey{group_id, tp.first, tp.second}));
       deleted.push_back(tp);
@@ -92,7 +202,10 @@ void Shard::DeleteOffsets(const std::string& group_id,
   Write(std::move(records), [this, group_id, deleted, done = std::move(done)](ErrorCode error) {
     if (error == ErrorCode::kNone) {
       if (GroupSlot* slot = Find(group_id)) {
-        for (const TopicPartition& tp : deleted) slot->offsets.erase(tp);
+        for (const TopicPartition& tp : deleted) {
+          slot->offsets.erase(tp);
+          DropPendingTxnOffsets(*slot, tp);
+        }
         if (slot->Unused()) groups_.erase(group_id);
       }
     }
@@ -119,6 +232,11 @@ void Shard::DeleteGroup(const std::string& group_id, std::function<void(ErrorCod
     // Commits still being written land before these tombstones (one partition's appends
     // keep their order), so they are deleted too.
     for (const auto& [tp, count] : slot->pending_partitions) partitions.insert(tp);
+    // And the offsets of open transactions: the tombstones end them too (Kafka's
+    // deleteAllOffsets); the slot and its pending offsets go below.
+    for (const auto& [producer_id, txn] : slot->pending_txn_offsets) {
+      for (const auto& [tp, offset] : txn) partitions.insert(tp);
+    }
     for (const TopicPartition& tp : partitions) {
       records.push_back(OffsetTombstone(OffsetKey{group_id, tp.first, tp.second}));
     }
@@ -222,7 +340,8 @@ void Shard::ExpireOffsets(std::function<void()> done) {
             base == Base::kStateTimestamp && state_ts >= 0 ? state_ts : offset.commit_timestamp_ms;
         is_expired = now - from >= config_.offsets_retention_ms;
       }
-      if (is_expired) {
+      // Not while a transaction has an offset for the partition (Kafka).
+      if (is_expired && !slot.HasPendingTxnOffset(tp)) {
         e.partitions.push_back(tp);
         records.push_back(OffsetTombstone(OffsetKey{id, tp.first, tp.second}));
       } else {
@@ -231,6 +350,8 @@ void Shard::ExpireOffsets(std::function<void()> done) {
     }
     // A group with no members and nothing left goes, with its tombstone (Kafka's
     // cleanupGroupMetadata).
+    // Nor the group while it has open transactions.
+    if (!slot.pending_txn_offsets.empty()) all_expired = false;
     if (all_expired && !has_members && (slot.classic || slot.consumer)) {
       e.remove_group = true;
       for (LogRecord& r : GroupTombstones(id, slot)) records.push_back(std::move(r));
@@ -258,6 +379,7 @@ void Shard::ExpireOffsets(std::function<void()> done) {
               // Remove only what is still empty: a member may have joined meanwhile (its
               // records follow the tombstone in the log, so a reload agrees).
               bool still_empty = slot->offsets.empty() && slot->pending_commits == 0 &&
+                                 slot->pending_txn_offsets.empty() &&
                                  (!slot->classic || slot->classic->empty()) &&
                                  (!slot->consumer || slot->consumer->empty());
               if (e.remove_group && still_empty) Remove(e.group);

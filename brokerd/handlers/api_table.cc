@@ -29,6 +29,7 @@ std::span<const ApiEntry> SupportedApis() {
       {ApiKey::kOffsetCommit, 2, 10, &HandleOffsetCommit},
       {ApiKey::kOffsetFetch, 1, 10, &HandleOffsetFetch},
       {ApiKey::kOffsetDelete, 0, 0, &HandleOffsetDelete},
+      {ApiKey::kTxnOffsetCommit, 0, 6, &HandleTxnOffsetCommit},
       {ApiKey::kListGroups, 0, 5, &HandleListGroups},
       {ApiKey::kDescribeGroups, 0, 6, &HandleDescribeGroups},
       {ApiKey::kDeleteGroups, 0, 3, &HandleDeleteGroups},
@@ -39,6 +40,11 @@ std::span<const ApiEntry> SupportedApis() {
       {ApiKey::kHeartbeat, 0, 4, &HandleHeartbeat},
       {ApiKey::kLeaveGroup, 0, 5, &HandleLeaveGroup},
       {ApiKey::kInitProducerId, 0, 5, &HandleInitProducerId},
+      {ApiKey::kAddPartitionsToTxn, 0, 5, &HandleAddPartitionsToTxn},
+      {ApiKey::kAddOffsetsToTxn, 0, 4, &HandleAddOffsetsToTxn},
+      {ApiKey::kEndTxn, 0, 4, &HandleEndTxn},
+      {ApiKey::kDescribeTransactions, 0, 0, &HandleDescribeTransactions},
+      {ApiKey::kListTransactions, 0, 2, &HandleListTransactions},
       {ApiKey::kWriteTxnMarkers, 1, 2, &HandleWriteTxnMarkers},
   };
   return kApis;

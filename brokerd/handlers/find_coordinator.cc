@@ -1,12 +1,13 @@
 // FindCoordinator (key 10), v0-v6: the broker leading a group's partition of
-// __consumer_offsets, as clients reach it through the listener the request came in on.
-// As in Kafka, asking creates __consumer_offsets when it does not exist yet (this answer
-// waits for it). Key type 0 (group) only: there is no transaction coordinator yet, so key
-// type 1 is COORDINATOR_NOT_AVAILABLE; other key types are INVALID_REQUEST. v4+ asks for
-// several keys at once. An answer naming this broker waits (boundedly) until the group's
-// shard has loaded, so the client's next request does not meet COORDINATOR_LOAD_IN_PROGRESS.
+// __consumer_offsets (key type 0) or a transactional id's partition of __transaction_state
+// (key type 1), as clients reach it through the listener the request came in on. As in
+// Kafka, asking creates the topic when it does not exist yet (this answer waits for it);
+// other key types are INVALID_REQUEST. v4+ asks for several keys at once. An answer naming
+// this broker waits (boundedly) until the key's shard has loaded, so the client's next
+// request does not meet COORDINATOR_LOAD_IN_PROGRESS.
 #include "brokerd/group/coordinator.h"
 #include "brokerd/handlers/handler.h"
+#include "brokerd/txn/txn_coordinator.h"
 
 namespace runnel::brokerd {
 namespace {
@@ -17,7 +18,7 @@ using protocol::FindCoordinatorResponse;
 
 constexpr int8_t kGroupKey = 0;
 constexpr int8_t kTransactionKey = 1;
-// How long an answer naming this broker may wait for the group's shard to finish loading.
+// How long an answer naming this broker may wait for the key's shard to finish loading.
 constexpr int64_t kLoadWaitMs = 10000;
 
 struct Answer {
@@ -36,22 +37,20 @@ std::string DefaultMessage(ErrorCode error) {
 Answer Locate(BrokerContext& broker, const std::string& listener, int8_t key_type,
               const std::string& key, ErrorCode ensure_error) {
   Answer a;
-  if (key_type == kTransactionKey) {
-    a.error = ErrorCode::kCoordinatorNotAvailable;
-    a.message = "This broker has no transaction coordinator yet";
-    return a;
-  }
-  if (key_type != kGroupKey) {
+  if (key_type != kGroupKey && key_type != kTransactionKey) {
     a.error = ErrorCode::kInvalidRequest;
     a.message = fmt::format("Unknown coordinator key type {}", key_type);
     return a;
   }
-  const TopicInfo* topic = broker.metadata.FindTopic(std::string(group::kOffsetsTopic));
+  const bool group = key_type == kGroupKey;
+  const TopicInfo* topic =
+      broker.metadata.FindTopic(std::string(group ? group::kOffsetsTopic : txn::kTxnTopic));
   if (ensure_error != ErrorCode::kNone || topic == nullptr) {
     a.error = ErrorCode::kCoordinatorNotAvailable;
     return a;
   }
-  auto p = topic->partitions.find(broker.groups.PartitionFor(key));
+  auto p = topic->partitions.find(group ? broker.groups.PartitionFor(key)
+                                        : broker.txns.PartitionFor(key));
   if (p == topic->partitions.end() || p->second.leader < 0) {
     a.error = ErrorCode::kCoordinatorNotAvailable;
     return a;
@@ -77,7 +76,7 @@ void HandleFindCoordinator(BrokerContext& broker, std::unique_ptr<RequestContext
   const int16_t version = ctx->header.api_version;
   if (version < 4) req->coordinator_keys = {req->key};
 
-  const bool wants_group = req->key_type == kGroupKey && !req->coordinator_keys.empty();
+  const bool known_type = req->key_type == kGroupKey || req->key_type == kTransactionKey;
   std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);
   auto answer = [&broker, shared_ctx, req, respond, version](ErrorCode ensure_error) {
     FindCoordinatorResponse resp;
@@ -102,7 +101,14 @@ void HandleFindCoordinator(BrokerContext& broker, std::unique_ptr<RequestContext
     }
     respond(EncodeResponse(*shared_ctx, resp));
   };
-  if (!wants_group) return answer(ErrorCode::kNone);
+  if (!known_type || req->coordinator_keys.empty()) return answer(ErrorCode::kNone);
+  if (req->key_type == kTransactionKey) {
+    return broker.txns.EnsureTopic([&broker, req, answer](ErrorCode error) {
+      if (error != ErrorCode::kNone) return answer(error);
+      broker.txns.WaitUntilLoaded(req->coordinator_keys, kLoadWaitMs,
+                                  [answer] { answer(ErrorCode::kNone); });
+    });
+  }
   broker.groups.EnsureOffsetsTopic([&broker, req, answer](ErrorCode error) {
     if (error != ErrorCode::kNone) return answer(error);
     broker.groups.WaitUntilLoaded(req->coordinator_keys, kLoadWaitMs,

@@ -34,6 +34,9 @@ class Coordinator;  // brokerd/group/coordinator.h
 }
 class ProducerIdManager;  // brokerd/txn/producer_id_manager.h
 class TxnMarkerWriter;    // brokerd/txn/marker_writer.h
+namespace txn {
+class TxnCoordinator;  // brokerd/txn/txn_coordinator.h
+}
 
 struct BrokerContext {
   EventLoop& loop;
@@ -50,6 +53,9 @@ struct BrokerContext {
   ProducerIdManager& producer_ids;
   // Transaction markers to partitions led here (WriteTxnMarkers, the transaction coordinator).
   TxnMarkerWriter& txn_markers;
+  // The transaction coordinator (InitProducerId with a transactional id, AddPartitionsToTxn,
+  // EndTxn, ...).
+  txn::TxnCoordinator& txns;
   // Work waiting on the loop (long-poll fetches, WaitForMetadata) registers how to end it
   // early, and is owned by its entry until it ends; the broker runs these when it stops,
   // before the listeners and connections close, so each ends as at its timeout.
@@ -96,6 +102,7 @@ void HandleFindCoordinator(BrokerContext&, std::unique_ptr<RequestContext>, Resp
 void HandleOffsetCommit(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleOffsetFetch(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleOffsetDelete(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleTxnOffsetCommit(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleListGroups(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDescribeGroups(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDeleteGroups(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
@@ -106,6 +113,11 @@ void HandleSyncGroup(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleHeartbeat(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleLeaveGroup(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleInitProducerId(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleAddPartitionsToTxn(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleAddOffsetsToTxn(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleEndTxn(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleDescribeTransactions(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleListTransactions(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 
 // AlterConfigs and IncrementalAlterConfigs (alter_configs.cc): answers here the broker
 // resources naming another node, as Kafka's broker does, sends the rest to the controller,

@@ -10,6 +10,7 @@
 // OFFSET_METADATA_TOO_LARGE for its partition alone. A group-level error goes on every
 // partition that reached the group.
 #include "brokerd/group/coordinator.h"
+#include "brokerd/handlers/commit_topics.h"
 #include "brokerd/handlers/handler.h"
 
 namespace runnel::brokerd {
@@ -55,37 +56,10 @@ void HandleOffsetCommit(BrokerContext& broker, std::unique_ptr<RequestContext> c
   if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
   const int16_t version = ctx->header.api_version;
 
-  // Every partition gets its entry now, in request order; `valid` points at those that go to
-  // the group.
   auto resp = std::make_shared<OffsetCommitResponse>();
-  struct Item {
-    size_t topic;
-    size_t partition;
-  };
-  std::vector<Item> valid;
-  const bool by_id = version >= kFirstTopicIdVersion;
-  for (size_t ti = 0; ti < req.topics.size(); ++ti) {
-    auto& topic = req.topics[ti];
-    OffsetCommitResponse::OffsetCommitResponseTopic& out = resp->topics.emplace_back();
-    out.name = topic.name;
-    out.topic_id = topic.topic_id;
-    const TopicInfo* info = by_id ? broker.metadata.FindTopicById(topic.topic_id)
-                                  : broker.metadata.FindTopic(topic.name);
-    if (by_id && info != nullptr) topic.name = info->name;  // what the group keeps
-    for (size_t pi = 0; pi < topic.partitions.size(); ++pi) {
-      OffsetCommitResponse::OffsetCommitResponsePartition& p = out.partitions.emplace_back();
-      p.partition_index = topic.partitions[pi].partition_index;
-      if (info == nullptr && by_id) {
-        p.error_code = ErrorCode::kUnknownTopicId;
-        continue;
-      }
-      if (info == nullptr || info->partitions.count(p.partition_index) == 0) {
-        p.error_code = ErrorCode::kUnknownTopicOrPartition;
-        continue;
-      }
-      valid.push_back({ti, pi});
-    }
-  }
+  using Item = CommitItem;
+  const std::vector<Item> valid = CheckCommitTopics(
+      broker.metadata, version >= kFirstTopicIdVersion, req.topics, &resp->topics);
   auto set_all = [&resp, &valid](ErrorCode error) {
     for (const Item& it : valid) resp->topics[it.topic].partitions[it.partition].error_code = error;
   };
@@ -109,27 +83,10 @@ void HandleOffsetCommit(BrokerContext& broker, std::unique_ptr<RequestContext> c
       version <= kLastRetentionTimeVersion && req.retention_time_ms != -1
           ? (req.retention_time_ms > INT64_MAX - now ? INT64_MAX : now + req.retention_time_ms)
           : -1;
-  std::vector<group::Shard::Commit> commits;
   std::vector<Item> written;
-  for (const Item& it : valid) {
-    const auto& in = req.topics[it.topic].partitions[it.partition];
-    auto& out = resp->topics[it.topic].partitions[it.partition];
-    const std::string metadata = in.committed_metadata.value_or("");
-    if (static_cast<int64_t>(metadata.size()) > shard.config().offset_metadata_max_bytes) {
-      out.error_code = ErrorCode::kOffsetMetadataTooLarge;
-      continue;
-    }
-    group::Shard::Commit c;
-    c.topic = req.topics[it.topic].name;
-    c.partition = in.partition_index;
-    c.value.offset = in.committed_offset;
-    c.value.leader_epoch = version >= kFirstLeaderEpochVersion ? in.committed_leader_epoch : -1;
-    c.value.metadata = metadata;
-    c.value.commit_timestamp_ms = now;
-    c.value.expire_timestamp_ms = expire_at;
-    commits.push_back(std::move(c));
-    written.push_back(it);
-  }
+  std::vector<group::Shard::Commit> commits =
+      CommitsOf(valid, req.topics, resp->topics, shard, version >= kFirstLeaderEpochVersion, now,
+                expire_at, &written);
   if (commits.empty()) return respond(EncodeResponse(*ctx, *resp));
 
   std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);

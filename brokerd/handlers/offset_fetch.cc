@@ -3,13 +3,13 @@
 // One group (v1-v7) or many (v8+). Null topics (v2+) ask for every partition the group has
 // committed. A partition without a committed offset answers offset -1, empty metadata and
 // no error, also for a group that does not exist (Kafka's behaviour). With require_stable
-// (v7+), a partition whose commit is still being written answers UNSTABLE_OFFSET_COMMIT so
-// the client retries. v9 carries the member id and epoch, checked for KIP-848 groups.
-// Group-level errors (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, a stale member epoch):
-// per group in v8+, the top-level error in v2-v7, on every asked partition in v1.
-// v10 (KIP-848) names topics by id, in the request and the answer, as Kafka: an id this broker
-// does not know is UNKNOWN_TOPIC_ID on each asked partition; with null topics, the answer
-// leaves out a topic whose offsets outlive it (no id to give it).
+// (v7+), a partition whose commit is still being written, or with an offset of a transaction
+// not ended yet (TxnOffsetCommit), answers UNSTABLE_OFFSET_COMMIT so the client retries. v9 carries
+// the member id and epoch, checked for KIP-848 groups. Group-level errors (NOT_COORDINATOR,
+// COORDINATOR_LOAD_IN_PROGRESS, a stale member epoch): per group in v8+, the top-level error in
+// v2-v7, on every asked partition in v1. v10 (KIP-848) names topics by id, in the request and the
+// answer, as Kafka: an id this broker does not know is UNKNOWN_TOPIC_ID on each asked partition;
+// with null topics, the answer leaves out a topic whose offsets outlive it (no id to give it).
 #include "brokerd/group/coordinator.h"
 #include "brokerd/handlers/handler.h"
 
@@ -59,7 +59,9 @@ PartitionResult Lookup(const group::GroupSlot* slot, const std::string& topic, i
   r.partition = partition;
   if (slot == nullptr) return r;
   const group::TopicPartition tp{topic, partition};
-  if (require_stable && slot->pending_partitions.count(tp) > 0) {
+  // Unstable: a commit still being written, or an offset of an open transaction (Kafka's
+  // rule for require_stable). Without it, the last committed offset.
+  if (require_stable && (slot->pending_partitions.count(tp) > 0 || slot->HasPendingTxnOffset(tp))) {
     r.error = ErrorCode::kUnstableOffsetCommit;
     return r;
   }

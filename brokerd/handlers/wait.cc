@@ -15,6 +15,7 @@ struct Waiter {
   std::function<bool()> ready;
   std::function<void()> then;
   UvTimer timer;
+  UvTimer poll;  // only with a poll interval
   uint64_t cancel_id = 0;
   bool done = false;
   bool on_metadata = false;    // a recheck is registered with the metadata cache
@@ -25,6 +26,7 @@ void Finish(BrokerContext& broker, const std::shared_ptr<Waiter>& w) {
   if (w->done) return;
   w->done = true;
   w->timer.Close();
+  w->poll.Close();
   std::function<void()> then = std::move(w->then);
   broker.cancel_on_stop.erase(w->cancel_id);  // may drop the last reference but `w`
   then();
@@ -52,7 +54,7 @@ void Recheck(BrokerContext& broker, const std::shared_ptr<Waiter>& w) {
 }  // namespace
 
 void WaitForMetadata(BrokerContext& broker, std::function<bool()> ready, int64_t timeout_ms,
-                     std::function<void()> then) {
+                     std::function<void()> then, int64_t poll_ms) {
   auto w = std::make_shared<Waiter>();
   w->ready = std::move(ready);
   w->then = std::move(then);
@@ -63,6 +65,13 @@ void WaitForMetadata(BrokerContext& broker, std::function<bool()> ready, int64_t
   w->timer.Start(static_cast<uint64_t>(std::max<int64_t>(timeout_ms, 0)), 0, [&broker, weak] {
     if (auto w = weak.lock()) Finish(broker, w);
   });
+  if (poll_ms > 0) {
+    w->poll.Init(broker.loop.raw());
+    w->poll.Start(static_cast<uint64_t>(poll_ms), static_cast<uint64_t>(poll_ms), [&broker, weak] {
+      auto w = weak.lock();
+      if (w && !w->done && w->ready()) Finish(broker, w);
+    });
+  }
   Recheck(broker, w);
 }
 

@@ -10,9 +10,11 @@ namespace runnel::brokerd {
 
 // Runs `then` on the loop once `ready()` is true (checked now and after every metadata
 // update and every change of storaged's partitions) or after `timeout_ms` or when the broker
-// stops (BrokerContext::cancel_on_stop), whichever comes first; exactly once.
+// stops (BrokerContext::cancel_on_stop), whichever comes first; exactly once. With
+// `poll_ms` > 0, `ready` is also checked that often (for what no metadata or partition
+// change announces, such as a coordinator's shard finishing its load).
 void WaitForMetadata(BrokerContext& broker, std::function<bool()> ready, int64_t timeout_ms,
-                     std::function<void()> then);
+                     std::function<void()> then, int64_t poll_ms = 0);
 
 // True when storaged holds a log for every partition of `topic` placed on this broker, so
 // produce and fetch find it, or has refused to create it (then the partition is offline

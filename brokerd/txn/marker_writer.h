@@ -50,10 +50,12 @@ class TxnMarkerWriter {
 
   TxnMarkerWriter(MetadataCache& metadata, PartitionView& partitions, AppendBatcher& appends,
                   int32_t node_id, std::function<int64_t()> now_ms = nullptr);
+  virtual ~TxnMarkerWriter() = default;
 
   // Writes every marker (those of one partition in order) and calls `done` once, on the
-  // loop, with one error code per marker in the same order (NONE when stored).
-  void Write(std::vector<TxnMarker> markers, Done done);
+  // loop, with one error code per marker in the same order (NONE when stored). Virtual for
+  // the transaction coordinator's tests.
+  virtual void Write(std::vector<TxnMarker> markers, Done done);
   // Runs `observer` on the loop after each marker is stored (not for failed ones), before
   // `done` of its Write.
   void AddObserver(Observer observer) { observers_.push_back(std::move(observer)); }

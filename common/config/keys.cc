@@ -224,6 +224,25 @@ std::vector<KeyDef> Declare() {
       {"offset.metadata.max.bytes", KeyType::kInt, "4096", 0, INT32_MAX,
        "Largest metadata string of one committed offset; a longer one is "
        "OFFSET_METADATA_TOO_LARGE."},
+      {"transaction.state.log.num.partitions", KeyType::kInt, "50", 1, INT32_MAX,
+       "Partitions of __transaction_state; a transactional id lives on partition "
+       "abs(hash(transactional.id)) % this. Read when the topic is created."},
+      {"transaction.state.log.replication.factor", KeyType::kInt, "3", 1, 32767,
+       "Replication factor of __transaction_state. As in Kafka, the topic is not created (and "
+       "FindCoordinator answers COORDINATOR_NOT_AVAILABLE) until this many brokers are alive."},
+      {"transaction.state.log.min.isr", KeyType::kInt, "2", 1, INT32_MAX,
+       "min.insync.replicas of __transaction_state, set when the topic is created."},
+      {"transaction.state.log.segment.bytes", KeyType::kInt, "104857600", 1, INT32_MAX,
+       "segment.bytes of __transaction_state, kept small for fast compaction and loading."},
+      {"transaction.max.timeout.ms", KeyType::kInt, "900000", 1, INT32_MAX,
+       "Largest transaction.timeout.ms a producer may ask for; a longer one is "
+       "INVALID_TRANSACTION_TIMEOUT."},
+      {"transactional.id.expiration.ms", KeyType::kInt, "604800000", 1, INT32_MAX,
+       "A transactional id with no transaction is forgotten this long after its last update."},
+      {"transaction.abort.timed.out.transaction.cleanup.interval.ms", KeyType::kInt, "10000", 1,
+       INT32_MAX, "How often the coordinator aborts transactions open longer than their timeout."},
+      {"transaction.remove.expired.transaction.cleanup.interval.ms", KeyType::kInt, "3600000", 1,
+       INT32_MAX, "How often the coordinator looks for expired transactional ids."},
       {"group.min.session.timeout.ms", KeyType::kInt, "6000", 0, INT32_MAX,
        "Smallest session.timeout.ms a classic-protocol member may ask for."},
       {"group.max.session.timeout.ms", KeyType::kInt, "1800000", 0, INT32_MAX,

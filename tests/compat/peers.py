@@ -174,6 +174,8 @@ class Target:
         self.runnel_config = {
             # Kafka's defaults for what a one-node test cluster needs, on both targets.
             "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
         }
         self.runnel_config.update(runnel_config or {})

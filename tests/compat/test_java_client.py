@@ -69,6 +69,25 @@ class JavaClientTest(ClientTestCase):
         ends = self.end_offsets(t, 3)
         self.assertEqual(ends, {p: len(by_partition.get(p, [])) for p in range(3)})
 
+    def test_transactions_commit_and_abort(self):
+        """The Java client's transactional producer (FindCoordinator key type 1,
+        InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn) and what
+        its consumers read: read_committed sees the committed transactions only,
+        read_uncommitted every record; the group's offsets are those of the last commit."""
+        t = self.topic()
+        self.create(t, 2)
+        txns = [{"count": 4, "commit": True}, {"count": 3, "commit": False},
+                {"count": 2, "commit": True}]
+        answer = self.java.ok("transactions", topic=t, partitions=2, transactional_id=t + "-tx",
+                              transactions=txns, group=t + "-group")
+        by_partition = {0: ["0-0", "0-2", "2-0"], 1: ["0-1", "0-3", "2-1"]}
+        self.assertEqual(answer["read_committed"], by_partition[0] + by_partition[1])
+        self.assertEqual(sorted(answer["read_uncommitted"]),
+                         sorted(["0-0", "0-1", "0-2", "0-3", "1-0", "1-1", "1-2", "2-0", "2-1"]))
+        # sendOffsetsToTransaction (AddOffsetsToTxn, TxnOffsetCommit): the offsets of the
+        # committed transactions count, the aborted one's (2) never did.
+        self.assertEqual(answer["group_offsets"], {f"{t}:0": 3})
+
     # ------------------------------------------------------------------ consumers
 
     def produce(self, topic, count, start=0, **args):

@@ -95,6 +95,8 @@ class Node:
             "runnel.supervisor.restart.backoff.initial.ms": "100",
             # One node: __consumer_offsets can only have one replica (Kafka's default is 3).
             "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
         }
         config.update(extra_config or {})
         self.write_config(config)

@@ -82,13 +82,13 @@ def encode_record(offset_delta, timestamp_delta, key, value, headers=()):
 
 
 def record_batch(values, timestamp_ms, key=None, base_offset=0, corrupt_crc=False,
-                 attributes=0):
+                 attributes=0, producer_id=-1, producer_epoch=-1, base_sequence=-1):
     """One uncompressed record batch (magic 2) of `values`, every record with `key`."""
     records = b"".join(encode_record(i, 0, key, v) for i, v in enumerate(values))
     n = len(values)
     # Everything after the CRC field: attributes .. records.
-    after_crc = struct.pack(">hiqqqhii", attributes, n - 1, timestamp_ms, timestamp_ms, -1, -1, -1,
-                            n) + records
+    after_crc = struct.pack(">hiqqqhii", attributes, n - 1, timestamp_ms, timestamp_ms,
+                            producer_id, producer_epoch, base_sequence, n) + records
     crc = crc32c(after_crc)
     if corrupt_crc:
         crc ^= 0x5A5A5A5A
@@ -104,11 +104,11 @@ def _string(s):
     return struct.pack(">h", len(b)) + b
 
 
-def produce_body(version, acks, timeout_ms, topic, partition_records):
+def produce_body(version, acks, timeout_ms, topic, partition_records, transactional_id=None):
     """Produce request body, v0..v8. partition_records: {partition: bytes}."""
     body = b""
     if version >= 3:
-        body += _string(None)  # transactional id
+        body += _string(transactional_id)
     body += struct.pack(">hi", acks, timeout_ms) + struct.pack(">i", 1) + _string(topic)
     body += struct.pack(">i", len(partition_records))
     for p, records in partition_records.items():
@@ -293,9 +293,11 @@ class Connection:
         r.tags()  # response header v1
         return r
 
-    def produce(self, version, acks, topic, partition_records, timeout_ms=10000):
+    def produce(self, version, acks, topic, partition_records, timeout_ms=10000,
+                transactional_id=None):
         payload = self.request(PRODUCE, version,
-                               produce_body(version, acks, timeout_ms, topic, partition_records))
+                               produce_body(version, acks, timeout_ms, topic, partition_records,
+                                            transactional_id))
         return parse_produce_response(payload, version)
 
     def fetch(self, topic, partition, offset, max_wait_ms=100, max_bytes=1 << 20):

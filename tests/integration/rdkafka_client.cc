@@ -24,6 +24,18 @@
 //       against its sequence number, appends the sequence numbers to <seq-file> and prints
 //       "done consumed=N corrupt=N checksum=X log_start=N" (log_start: the partitions' log
 //       start offsets added up).
+//   rdkafka_client c txn-produce <bootstrap> <topic> <partitions> <transactions> <per-txn>
+//                  <abort-every> <committed-file> transactional.id=ID [prop=value ...]
+//       Runs <transactions> transactions of <per-txn> sequence-numbered records each (as
+//       seq-produce, round robin); every <abort-every>-th one (0: none) is aborted, the others
+//       committed, each once its records are delivered. Appends the sequence numbers of each
+//       committed transaction to <committed-file> once its commit returned. An abortable error
+//       aborts the transaction (not counted as committed); a fatal one (fenced) ends the run.
+//       Prints "done committed=N aborted=N failed=N records=N fatal=NAME|-".
+//   rdkafka_client c seq-drain <bootstrap> <topic> <partitions> <seq-file> [prop=value ...]
+//       Reads every partition from its start until the end the consumer sees (for a
+//       read_committed consumer: the last stable offset), checking values as seq-consume,
+//       and prints "done consumed=N corrupt=N".
 //
 // Properties starting with "test." are this program's own: test.timeout.ms, and
 // test.progress.every (how many acknowledged records between "acked N" lines).
@@ -446,6 +458,149 @@ int SeqConsume(const Options& o, int partitions, const char* seq_path) {
   return ok ? 0 : 1;
 }
 
+// ---- transactions ------------------------------------------------------------------------
+
+rd_kafka_t* TxnProducer(const Options& o) {
+  char err[512];
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, CConf(o), err, sizeof(err));
+  if (rk == nullptr) Fail(err);
+  rd_kafka_error_t* e = rd_kafka_init_transactions(rk, static_cast<int>(o.timeout_ms));
+  if (e != nullptr) Fail(std::string("init_transactions: ") + rd_kafka_error_string(e));
+  return rk;
+}
+
+// The name of `e`'s code and whether it is fatal; destroys `e`.
+std::string TakeError(rd_kafka_error_t* e, bool* fatal) {
+  std::string name = rd_kafka_err2name(rd_kafka_error_code(e));
+  *fatal = rd_kafka_error_is_fatal(e) != 0;
+  rd_kafka_error_destroy(e);
+  return name;
+}
+
+int TxnProduce(const Options& o, int partitions, uint64_t transactions, uint64_t per_txn,
+               uint64_t abort_every, const char* committed_path) {
+  FILE* committed_file = fopen(committed_path, "wb");
+  if (committed_file == nullptr) Fail(std::string("cannot open ") + committed_path);
+  rd_kafka_t* rk = TxnProducer(o);
+  const int timeout = static_cast<int>(o.timeout_ms);
+  uint64_t committed = 0, aborted = 0, failed = 0, seq = 0;
+  std::string fatal_name = "-";
+  std::string value(16, '\0');
+  for (uint64_t t = 0; t < transactions && fatal_name == "-"; ++t) {
+    if (rd_kafka_error_t* e = rd_kafka_begin_transaction(rk)) {
+      bool fatal = false;
+      fatal_name = TakeError(e, &fatal);
+      break;
+    }
+    std::vector<uint64_t> seqs;
+    for (uint64_t i = 0; i < per_txn; ++i, ++seq) {
+      FillValue(seq, value);
+      rd_kafka_resp_err_t e =
+          rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(o.topic.c_str()),
+                            RD_KAFKA_V_PARTITION(static_cast<int32_t>(seq % partitions)),
+                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                            RD_KAFKA_V_VALUE(value.data(), value.size()), RD_KAFKA_V_END);
+      if (e != RD_KAFKA_RESP_ERR_NO_ERROR) Fail(std::string("produce: ") + rd_kafka_err2name(e));
+      seqs.push_back(seq);
+      rd_kafka_poll(rk, 0);
+    }
+    // Every record delivered first, so its partition is in the transaction when it ends. An
+    // abort sent while a partition's registration is still refused (the previous
+    // transaction's markers being written: CONCURRENT_TRANSACTIONS) would meet the previous
+    // commit's state and be INVALID_TXN_STATE, on Kafka as here.
+    rd_kafka_flush(rk, timeout);
+    const bool abort = abort_every > 0 && t % abort_every == abort_every - 1;
+    rd_kafka_error_t* e =
+        abort ? rd_kafka_abort_transaction(rk, timeout) : rd_kafka_commit_transaction(rk, timeout);
+    if (e == nullptr) {
+      if (abort) {
+        ++aborted;
+      } else {
+        ++committed;
+        fwrite(seqs.data(), sizeof(uint64_t), seqs.size(), committed_file);
+        fflush(committed_file);
+      }
+      continue;
+    }
+    const bool abortable = rd_kafka_error_txn_requires_abort(e) != 0;
+    bool fatal = false;
+    std::string name = TakeError(e, &fatal);
+    ++failed;
+    fprintf(stderr, "transaction %" PRIu64 ": %s%s\n", t, name.c_str(),
+            fatal ? " (fatal)" : (abortable ? " (abortable)" : ""));
+    if (fatal) {
+      fatal_name = name;
+    } else if (abortable) {
+      if (rd_kafka_error_t* a = rd_kafka_abort_transaction(rk, timeout)) {
+        fatal_name = TakeError(a, &fatal);
+      }
+    }
+  }
+  fclose(committed_file);
+  rd_kafka_destroy(rk);
+  printf("done committed=%" PRIu64 " aborted=%" PRIu64 " failed=%" PRIu64 " records=%" PRIu64
+         " fatal=%s\n",
+         committed, aborted, failed, seq, fatal_name.c_str());
+  fflush(stdout);
+  return fatal_name == "-" ? 0 : 1;
+}
+
+int SeqDrain(const Options& o, int partitions, const char* seq_path) {
+  Options co = o;
+  co.props.emplace_back("enable.partition.eof", "true");
+  co.props.emplace_back("auto.offset.reset", "earliest");
+  // assign() needs a group handle; nothing is committed to it.
+  co.props.emplace_back("group.id", "rdkafka-client-seq-drain");
+  co.props.emplace_back("enable.auto.commit", "false");
+  char err[512];
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, CConf(co), err, sizeof(err));
+  if (rk == nullptr) Fail(err);
+  rd_kafka_topic_partition_list_t* parts = rd_kafka_topic_partition_list_new(partitions);
+  for (int p = 0; p < partitions; ++p) {
+    rd_kafka_topic_partition_list_add(parts, o.topic.c_str(), p)->offset =
+        RD_KAFKA_OFFSET_BEGINNING;
+  }
+  if (rd_kafka_assign(rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR) Fail("assign");
+  rd_kafka_topic_partition_list_destroy(parts);
+  FILE* out = fopen(seq_path, "wb");
+  if (out == nullptr) Fail(std::string("cannot open ") + seq_path);
+  uint64_t consumed = 0, corrupt = 0;
+  int at_end = 0;
+  std::string expected;
+  const int64_t deadline = NowMs() + o.timeout_ms;
+  while (at_end < partitions && NowMs() < deadline) {
+    rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 100);
+    if (m == nullptr) continue;
+    if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+      ++at_end;
+    } else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      fprintf(stderr, "consume: %s\n", rd_kafka_message_errstr(m));
+    } else {
+      ++consumed;
+      uint64_t seq = UINT64_MAX;
+      if (m->payload != nullptr && m->len >= 8) {
+        const auto* b = static_cast<const unsigned char*>(m->payload);
+        seq = 0;
+        for (int i = 0; i < 8; ++i) seq = (seq << 8) | b[i];
+        expected.assign(m->len, '\0');
+        FillValue(seq, expected);
+        if (memcmp(expected.data(), m->payload, m->len) != 0) ++corrupt;
+      } else {
+        ++corrupt;
+      }
+      fwrite(&seq, sizeof(seq), 1, out);
+    }
+    rd_kafka_message_destroy(m);
+  }
+  fclose(out);
+  rd_kafka_consumer_close(rk);
+  rd_kafka_destroy(rk);
+  printf("done consumed=%" PRIu64 " corrupt=%" PRIu64 " complete=%d\n", consumed, corrupt,
+         at_end >= partitions ? 1 : 0);
+  fflush(stdout);
+  return at_end >= partitions ? 0 : 1;
+}
+
 // ---- C++ API --------------------------------------------------------------------------
 
 std::unique_ptr<RdKafka::Conf> CppConf(const Options& o) {
@@ -599,6 +754,15 @@ int main(int argc, char** argv) {
   if (mode == "seq-consume" && c && argc >= 7) {
     Options o = ParseOptions(argv[3], argv[4], argc, argv, 7);
     return SeqConsume(o, atoi(argv[5]), argv[6]);
+  }
+  if (mode == "txn-produce" && c && argc >= 10) {
+    Options o = ParseOptions(argv[3], argv[4], argc, argv, 10);
+    return TxnProduce(o, atoi(argv[5]), strtoull(argv[6], nullptr, 10),
+                      strtoull(argv[7], nullptr, 10), strtoull(argv[8], nullptr, 10), argv[9]);
+  }
+  if (mode == "seq-drain" && c && argc >= 7) {
+    Options o = ParseOptions(argv[3], argv[4], argc, argv, 7);
+    return SeqDrain(o, atoi(argv[5]), argv[6]);
   }
   Fail("unknown mode " + mode);
 }

@@ -29,7 +29,7 @@ from kafka_wire import ApiReader, ApiWriter, Connection
 INIT_PRODUCER_ID = 22
 
 NONE = 0
-COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
 INVALID_REQUEST = 42
 
 RECORDS = int(os.environ.get("RUNNEL_IDEMPOTENCE_RECORDS", "1000000"))
@@ -159,9 +159,10 @@ class InitProducerIdTest(unittest.TestCase):
         self.addCleanup(conn.sock.close)
         self.assertEqual(init_producer_id(conn, 4, producer_id=5, epoch=-1), (INVALID_REQUEST, -1, -1))
         self.assertEqual(init_producer_id(conn, 4, producer_id=-1, epoch=3), (INVALID_REQUEST, -1, -1))
-        # No transaction coordinator yet: as FindCoordinator answers for transactions.
+        # A transactional id before any FindCoordinator made __transaction_state: this broker
+        # is not its coordinator (test_transactions.py covers transactional ids).
         self.assertEqual(init_producer_id(conn, 4, transactional_id="tx"),
-                         (COORDINATOR_NOT_AVAILABLE, -1, -1))
+                         (NOT_COORDINATOR, -1, -1))
 
     def test_ids_are_unique_across_restarts(self):
         ids = set()

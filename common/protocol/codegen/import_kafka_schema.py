@@ -67,7 +67,10 @@ def _default_literal(value):
 
 
 def _field_line(f, indent):
-    parts = [f["name"], f["type"], "versions=" + _norm_versions(f["versions"])]
+    # A tagged-only field (TransactionLogValue's) gives taggedVersions and no versions: Kafka
+    # takes the one for the other.
+    versions = f["versions"] if "versions" in f else f["taggedVersions"]
+    parts = [f["name"], f["type"], "versions=" + _norm_versions(versions)]
     if "nullableVersions" in f:
         parts.append("nullable=" + _norm_versions(f["nullableVersions"]))
     if "flexibleVersions" in f:

@@ -135,6 +135,7 @@ public final class ClientCheck {
     String op = req.path("op").asText();
     switch (op) {
       case "produce": return produce(req);
+      case "transactions": return transactions(req);
       case "consume": return consume(req);
       case "member_start": return memberStart(req);
       case "member_stop": return memberStop(req);
@@ -263,6 +264,84 @@ public final class ClientCheck {
     }
     ObjectNode answer = JSON.createObjectNode();
     answer.set("records", records.node);
+    return answer;
+  }
+
+  /** One transactional producer (transactional_id) runs "transactions", each {"count": n,
+   *  "commit": true|false} of values "<t>-<i>" round robin over "partitions" partitions, and
+   *  with "group" sends offset t + 1 of partition 0 to the transaction for that group
+   *  (sendOffsetsToTransaction); then the topic is read to its end by a read_committed and a
+   *  read_uncommitted consumer. Answers the values each saw, in partition then offset order,
+   *  and the group's committed offsets. */
+  private ObjectNode transactions(JsonNode req) throws Exception {
+    Map<String, String> d = new HashMap<>();
+    d.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+    d.put(ProducerConfig.CLIENT_ID_CONFIG, "clientcheck-txn-producer");
+    d.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+    d.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+    d.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, req.path("transactional_id").asText());
+    d.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "20000");
+    String topic = req.path("topic").asText();
+    int partitions = req.path("partitions").asInt(1);
+    try (KafkaProducer<String, String> producer = new KafkaProducer<>(props(req, d))) {
+      producer.initTransactions();
+      int t = 0;
+      for (JsonNode txn : req.path("transactions")) {
+        producer.beginTransaction();
+        for (int i = 0; i < txn.path("count").asInt(); i++) {
+          producer.send(new ProducerRecord<>(topic, i % partitions, null, t + "-" + i));
+        }
+        if (req.has("group")) {
+          producer.sendOffsetsToTransaction(
+              Map.of(new TopicPartition(topic, 0), new OffsetAndMetadata(t + 1)),
+              new org.apache.kafka.clients.consumer.ConsumerGroupMetadata(
+                  req.path("group").asText()));
+        }
+        producer.flush();  // sent before the end, so an aborted transaction's records are stored
+        if (txn.path("commit").asBoolean()) {
+          producer.commitTransaction();
+        } else {
+          producer.abortTransaction();
+        }
+        t++;
+      }
+    }
+    ObjectNode answer = JSON.createObjectNode();
+    for (String isolation : List.of("read_committed", "read_uncommitted")) {
+      Map<String, String> c = new HashMap<>();
+      c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+      c.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+      c.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+      c.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+      com.fasterxml.jackson.databind.node.ArrayNode values = answer.putArray(isolation);
+      try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(props(req, c))) {
+        List<TopicPartition> tps = new ArrayList<>();
+        for (int p = 0; p < partitions; p++) tps.add(new TopicPartition(topic, p));
+        consumer.assign(tps);
+        consumer.seekToBeginning(tps);
+        Map<TopicPartition, Long> end = consumer.endOffsets(tps, Duration.ofSeconds(TIMEOUT_S));
+        Map<Integer, List<String>> byPartition = new TreeMap<>();
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(TIMEOUT_S);
+        while (System.nanoTime() < deadline) {
+          boolean done = true;
+          for (TopicPartition tp : tps) done &= consumer.position(tp) >= end.get(tp);
+          if (done) break;
+          for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(200))) {
+            byPartition.computeIfAbsent(r.partition(), k -> new ArrayList<>()).add(r.value());
+          }
+        }
+        byPartition.values().forEach(list -> list.forEach(values::add));
+      }
+    }
+    if (req.has("group")) {
+      ObjectNode committed = answer.putObject("group_offsets");
+      Map<TopicPartition, OffsetAndMetadata> offsets = get(
+          admin().listConsumerGroupOffsets(req.path("group").asText())
+              .partitionsToOffsetAndMetadata());
+      for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
+        committed.put(name(e.getKey()), e.getValue().offset());
+      }
+    }
     return answer;
   }
 

@@ -698,6 +698,14 @@ TEST_F(ClassicGroupTest, RejoinDuringRebalanceKeepsMemberAndNewMemberWaits) {
   EXPECT_EQ(group_.member_count(), 3u);
   // Still in CompletingRebalance: commits are told to finish the rebalance.
   EXPECT_EQ(group_.ValidateOffsetCommit(ids[1], std::nullopt, 2), kRebalanceInProgress);
+  // Not transactional ones (TxnOffsetCommit): Kafka does not check the state for them, and
+  // takes one without member and generation (v0-v2) from a group with members too.
+  EXPECT_EQ(group_.ValidateOffsetCommit(ids[1], std::nullopt, 2, /*transactional=*/true), kNone);
+  EXPECT_EQ(group_.ValidateOffsetCommit("", std::nullopt, -1, /*transactional=*/true), kNone);
+  EXPECT_EQ(group_.ValidateOffsetCommit(ids[1], std::nullopt, 1, /*transactional=*/true),
+            kIllegalGeneration);
+  EXPECT_EQ(group_.ValidateOffsetCommit("nobody", std::nullopt, 2, /*transactional=*/true),
+            kUnknownMember);
 }
 
 TEST_F(ClassicGroupTest, LoadRestoresGroupAndStartsSessionTimers) {

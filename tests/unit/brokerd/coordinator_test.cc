@@ -1,6 +1,7 @@
 // The group coordinator's core: the group -> partition mapping Kafka uses, and a Shard
 // writing to and loading from a real __consumer_offsets partition in an in-process
-// StorageService (commits survive an unload and a load; expiry writes tombstones).
+// StorageService (commits survive an unload and a load; expiry writes tombstones;
+// transactional offsets stay pending until their marker, also across a reload).
 #include "brokerd/group/coordinator.h"
 
 #include <gtest/gtest.h>
@@ -15,7 +16,9 @@
 #include "brokerd/storage/partition_view.h"
 #include "brokerd/txn/marker_writer.h"
 #include "brokerd/txn/producer_id_manager.h"
+#include "brokerd/txn/txn_coordinator.h"
 #include "common/protocol/uuid.h"
+#include "common/record/control.h"
 #include "tests/unit/brokerd/real_storage_fixture.h"
 
 namespace runnel::brokerd::group {
@@ -130,6 +133,55 @@ class ShardTest : public RealStorageTest {
     return error;
   }
 
+  ErrorCode TxnCommit(const std::string& group, int64_t producer_id, int16_t epoch,
+                      std::vector<Shard::Commit> commits) {
+    ErrorCode error = ErrorCode::kUnknownServerError;
+    Await([&](std::function<void()> finish) {
+      for (auto& c : commits) c.value.commit_timestamp_ms = now_ms_.load();
+      shard_->CommitTxnOffsets(group, producer_id, epoch, commits, [&error, finish](ErrorCode e) {
+        error = e;
+        finish();
+      });
+    });
+    return error;
+  }
+
+  // Stores a COMMIT or ABORT marker of the producer in the partition, as the transaction
+  // marker writer does (a coordinator-origin append); with `notify`, then tells the shard as
+  // the writer's observer does.
+  ErrorCode Marker(int64_t producer_id, int16_t epoch, bool commit, bool notify = true) {
+    std::vector<uint8_t> batch =
+        record::BuildEndTxnMarkerBatch(producer_id, epoch, {commit, 0}, now_ms_.load());
+    storage::AppendPartition a;
+    a.set_topic(std::string(kOffsetsTopic));
+    a.set_partition(0);
+    a.set_leader_epoch(0);
+    a.set_coordinator_origin(true);
+    a.set_records(batch.data(), batch.size());
+    ErrorCode error = ErrorCode::kUnknownServerError;
+    Await([&](std::function<void()> finish) {
+      appends_->Append(std::move(a), std::chrono::seconds(10),
+                       [&, finish](const grpc::Status& s, const storage::AppendPartitionResult& r) {
+                         error = s.ok() ? protocol::ErrorFromWire(r.error_code())
+                                        : ErrorCode::kUnknownServerError;
+                         if (error == ErrorCode::kNone && notify && shard_) {
+                           shard_->EndTransaction(producer_id, commit);
+                         }
+                         finish();
+                       });
+    });
+    return error;
+  }
+
+  // The offsets of `group` pending in transactions, by producer id.
+  std::map<int64_t, std::map<TopicPartition, CommittedOffset>> Pending(const std::string& group) {
+    std::map<int64_t, std::map<TopicPartition, CommittedOffset>> out;
+    OnLoop([&] {
+      if (GroupSlot* slot = shard_->Find(group)) out = slot->pending_txn_offsets;
+    });
+    return out;
+  }
+
   ErrorCode Write(std::vector<LogRecord> records) {
     ErrorCode error = ErrorCode::kUnknownServerError;
     Await([&](std::function<void()> finish) {
@@ -182,13 +234,15 @@ class ShardTest : public RealStorageTest {
            AppendBatcher& appends)
         : producer_ids([](ProducerIdManager::Allocated) {}),
           txn_markers(metadata, partitions, appends, 1),
-          context{loop,       config,  metadata, controller,   1,          storage,
-                  partitions, appends, groups,   producer_ids, txn_markers},
-          groups(context) {}
+          context{loop,       config,  metadata, controller,   1,           storage,
+                  partitions, appends, groups,   producer_ids, txn_markers, txns},
+          groups(context),
+          txns(context, txn_markers) {}
     ProducerIdManager producer_ids;  // unused: no InitProducerId here
     TxnMarkerWriter txn_markers;     // unused: no transactions here
     BrokerContext context;
     Coordinator groups;
+    txn::TxnCoordinator txns;  // idle
   };
   std::unique_ptr<Wiring> wiring_;
   std::unique_ptr<Shard> shard_;
@@ -346,6 +400,174 @@ TEST_F(CompressedShardTest, LoadsCompressedBatches) {
   ASSERT_EQ(offsets.size(), 50u);
   EXPECT_EQ(offsets.at({"big", 49}).offset, 1049);
   EXPECT_EQ(offsets.at({"big", 49}).metadata, std::string(100, 'm'));
+}
+
+// Transactional offsets are pending, invisible as committed offsets, until the COMMIT
+// marker; then they are the group's offsets, also for a shard that replays the partition
+// (transactional batch, then control batch).
+TEST_F(ShardTest, TxnOffsetsCommitWithTheirMarker) {
+  LoadShard();
+  ASSERT_EQ(Commit("g", {C("t", 0, 5)}), ErrorCode::kNone);
+  ASSERT_EQ(TxnCommit("g", 1000, 0, {C("t", 0, 10, "txn"), C("t", 1, 11)}), ErrorCode::kNone);
+  EXPECT_EQ(Offsets("g").at({"t", 0}).offset, 5);
+  EXPECT_EQ(Offsets("g").count({"t", 1}), 0u);
+  ASSERT_EQ(Pending("g").size(), 1u);
+  EXPECT_EQ(Pending("g").at(1000).at({"t", 0}).offset, 10);
+  OnLoop([&] { EXPECT_TRUE(shard_->Find("g")->HasPendingTxnOffset({"t", 1})); });
+
+  LoadShard();  // still pending after a replay: no marker yet
+  EXPECT_EQ(Offsets("g").at({"t", 0}).offset, 5);
+  ASSERT_EQ(Pending("g").size(), 1u);
+  EXPECT_EQ(Pending("g").at(1000).size(), 2u);
+
+  ASSERT_EQ(Marker(1000, 0, /*commit=*/true), ErrorCode::kNone);
+  EXPECT_TRUE(Pending("g").empty());
+  auto offsets = Offsets("g");
+  EXPECT_EQ(offsets.at({"t", 0}).offset, 10);
+  EXPECT_EQ(offsets.at({"t", 0}).metadata, "txn");
+  EXPECT_EQ(offsets.at({"t", 1}).offset, 11);
+
+  LoadShard();
+  EXPECT_TRUE(Pending("g").empty());
+  EXPECT_EQ(Offsets("g").at({"t", 0}).offset, 10);
+  EXPECT_EQ(Offsets("g").at({"t", 1}).offset, 11);
+}
+
+// An ABORT drops them; a group holding nothing else goes; a replay agrees.
+TEST_F(ShardTest, TxnOffsetsAbortWithTheirMarker) {
+  LoadShard();
+  ASSERT_EQ(Commit("kept", {C("t", 0, 5)}), ErrorCode::kNone);
+  ASSERT_EQ(TxnCommit("kept", 7, 3, {C("t", 0, 10)}), ErrorCode::kNone);
+  ASSERT_EQ(TxnCommit("only-txn", 7, 3, {C("t", 0, 20)}), ErrorCode::kNone);
+  EXPECT_TRUE(HasSlot("only-txn"));
+  ASSERT_EQ(Marker(7, 3, /*commit=*/false), ErrorCode::kNone);
+  EXPECT_EQ(Offsets("kept").at({"t", 0}).offset, 5);
+  EXPECT_TRUE(Pending("kept").empty());
+  EXPECT_FALSE(HasSlot("only-txn"));
+
+  LoadShard();
+  EXPECT_EQ(Offsets("kept").at({"t", 0}).offset, 5);
+  EXPECT_TRUE(Pending("kept").empty());
+  EXPECT_FALSE(HasSlot("only-txn"));
+}
+
+// Kafka's rule for a mix of plain and transactional commits of one partition: the record
+// later in the log wins, whatever ends first.
+TEST_F(ShardTest, LaterRecordWinsBetweenPlainAndTxnCommits) {
+  LoadShard();
+  ASSERT_EQ(TxnCommit("g", 1, 0, {C("t", 0, 10), C("t", 1, 10)}), ErrorCode::kNone);
+  ASSERT_EQ(Commit("g", {C("t", 0, 20)}), ErrorCode::kNone);  // after the txn's record
+  ASSERT_EQ(Marker(1, 0, /*commit=*/true), ErrorCode::kNone);
+  EXPECT_EQ(Offsets("g").at({"t", 0}).offset, 20);  // the plain commit is later
+  EXPECT_EQ(Offsets("g").at({"t", 1}).offset, 10);
+
+  ASSERT_EQ(Commit("g", {C("t", 1, 30)}), ErrorCode::kNone);  // before the txn's record
+  ASSERT_EQ(TxnCommit("g", 1, 0, {C("t", 1, 40)}), ErrorCode::kNone);
+  EXPECT_EQ(Offsets("g").at({"t", 1}).offset, 30);
+  ASSERT_EQ(Marker(1, 0, /*commit=*/true), ErrorCode::kNone);
+  EXPECT_EQ(Offsets("g").at({"t", 1}).offset, 40);
+
+  LoadShard();
+  EXPECT_EQ(Offsets("g").at({"t", 0}).offset, 20);
+  EXPECT_EQ(Offsets("g").at({"t", 1}).offset, 40);
+}
+
+// Two producers' transactions on one group end independently.
+TEST_F(ShardTest, TransactionsOfTwoProducersEndApart) {
+  LoadShard();
+  ASSERT_EQ(TxnCommit("g", 1, 0, {C("t", 0, 10)}), ErrorCode::kNone);
+  ASSERT_EQ(TxnCommit("g", 2, 0, {C("t", 1, 20)}), ErrorCode::kNone);
+  ASSERT_EQ(Marker(2, 0, /*commit=*/true), ErrorCode::kNone);
+  EXPECT_EQ(Offsets("g").at({"t", 1}).offset, 20);
+  EXPECT_EQ(Offsets("g").count({"t", 0}), 0u);
+  ASSERT_EQ(Pending("g").size(), 1u);
+  EXPECT_EQ(Pending("g").count(1), 1u);
+  // A marker of a producer with nothing here changes nothing.
+  ASSERT_EQ(Marker(3, 0, /*commit=*/true), ErrorCode::kNone);
+  ASSERT_EQ(Pending("g").size(), 1u);
+
+  LoadShard();
+  EXPECT_EQ(Offsets("g").at({"t", 1}).offset, 20);
+  ASSERT_EQ(Pending("g").size(), 1u);
+  ASSERT_EQ(Marker(1, 0, /*commit=*/true), ErrorCode::kNone);
+  EXPECT_EQ(Offsets("g").at({"t", 0}).offset, 10);
+}
+
+// OffsetDelete, DeleteGroups and expiry with open transactions, as Kafka: a tombstone ends
+// the pending offsets of its partition; expiry leaves a partition with a pending offset and
+// a group with open transactions alone.
+TEST_F(ShardTest, TombstonesAndExpiryMeetPendingTxnOffsets) {
+  group_config_.offsets_retention_ms = 1000;
+  now_ms_ = 1000;
+  LoadShard();
+  ASSERT_EQ(TxnCommit("g", 5, 0, {C("t", 0, 10), C("t", 1, 11)}), ErrorCode::kNone);
+  ErrorCode error = ErrorCode::kUnknownServerError;
+  Await([&](std::function<void()> finish) {
+    shard_->DeleteOffsets("g", {{"t", 0}}, [&error, finish](ErrorCode e) {
+      error = e;
+      finish();
+    });
+  });
+  ASSERT_EQ(error, ErrorCode::kNone);
+  ASSERT_EQ(Pending("g").at(5).size(), 1u);
+  EXPECT_EQ(Pending("g").at(5).count({"t", 1}), 1u);
+
+  // Expiry: the plain offset of t-1 is old, but a transaction has t-1 open.
+  ASSERT_EQ(Commit("g", {C("t", 1, 1)}), ErrorCode::kNone);
+  ASSERT_EQ(Commit("g", {C("u", 0, 1)}), ErrorCode::kNone);
+  now_ms_ = 5000;
+  Await([&](std::function<void()> finish) { shard_->ExpireOffsets(finish); });
+  EXPECT_EQ(Offsets("g").count({"t", 1}), 1u);
+  EXPECT_EQ(Offsets("g").count({"u", 0}), 0u);
+  EXPECT_TRUE(HasSlot("g"));
+
+  LoadShard();
+  ASSERT_EQ(Pending("g").at(5).size(), 1u);
+  EXPECT_EQ(Offsets("g").count({"t", 1}), 1u);
+
+  // Deleting the group writes tombstones for pending offsets too.
+  ASSERT_EQ(TxnCommit("h", 6, 0, {C("t", 2, 12)}), ErrorCode::kNone);
+  Await([&](std::function<void()> finish) {
+    shard_->DeleteGroup("h", [&error, finish](ErrorCode e) {
+      error = e;
+      finish();
+    });
+  });
+  ASSERT_EQ(error, ErrorCode::kNone);
+  EXPECT_FALSE(HasSlot("h"));
+  ASSERT_EQ(Marker(6, 0, /*commit=*/true), ErrorCode::kNone);
+  EXPECT_FALSE(HasSlot("h"));
+  LoadShard();
+  EXPECT_FALSE(HasSlot("h"));  // tombstone, then the marker: nothing to commit
+}
+
+// Storage checks the producer epoch of a transactional offset batch: an older epoch is
+// INVALID_PRODUCER_EPOCH, given to the caller as is, and nothing becomes pending.
+TEST_F(ShardTest, TxnCommitWithAnOldEpochIsFenced) {
+  LoadShard();
+  ASSERT_EQ(TxnCommit("g", 9, 4, {C("t", 0, 10)}), ErrorCode::kNone);
+  ASSERT_EQ(Marker(9, 4, /*commit=*/true), ErrorCode::kNone);
+  EXPECT_EQ(TxnCommit("g", 9, 3, {C("t", 0, 99)}), ErrorCode::kInvalidProducerEpoch);
+  EXPECT_TRUE(Pending("g").empty());
+  EXPECT_EQ(Offsets("g").at({"t", 0}).offset, 10);
+}
+
+// A shard told of a marker while it loads (the observer finds it loading) reads on to the log
+// end once more before it is active: the marker is replayed, once, and the load finishes.
+TEST_F(ShardTest, MarkerDuringLoadIsReplayed) {
+  LoadShard();
+  ASSERT_EQ(TxnCommit("g", 1, 0, {C("t", 0, 10)}), ErrorCode::kNone);
+  OnLoop([this] {
+    shard_.reset();
+    shard_ = std::make_unique<Shard>(wiring_->context, 0, 0, group_config_);
+    shard_->SetClockForTest([this] { return now_ms_.load(); });
+  });
+  // The marker goes in before the load's first read; the shard only hears of it.
+  ASSERT_EQ(Marker(1, 0, /*commit=*/true, /*notify=*/false), ErrorCode::kNone);
+  OnLoop([this] { shard_->NoteMarkerDuringLoad(); });
+  Await([this](std::function<void()> finish) { shard_->Load(finish); });
+  EXPECT_EQ(Offsets("g").at({"t", 0}).offset, 10);
+  EXPECT_TRUE(Pending("g").empty());
 }
 
 }  // namespace

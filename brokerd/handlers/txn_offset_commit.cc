@@ -1,0 +1,122 @@
+// TxnOffsetCommit (key 28), v0-v6: offsets a transactional producer commits for a group as
+// part of its transaction (KIP-98, sendOffsetsToTransaction). Written to the group's partition
+// of __consumer_offsets as one transactional batch of the producer; they stay pending
+// (invisible to OffsetFetch, UNSTABLE_OFFSET_COMMIT with require_stable) until the
+// transaction's marker reaches that partition (Coordinator::CompleteTransaction).
+//
+// As Kafka: partitions of unknown topics are UNKNOWN_TOPIC_OR_PARTITION (v6 names topics by
+// id: an unknown id is UNKNOWN_TOPIC_ID) and never reach the group; the group then checks the
+// committer (v3+ carry member, generation and instance id: UNKNOWN_MEMBER_ID,
+// ILLEGAL_GENERATION, FENCED_INSTANCE_ID; a KIP-848 member's stale epoch is ILLEGAL_GENERATION
+// here); a group that does not exist takes generation -1 only (ILLEGAL_GENERATION otherwise);
+// an oversized metadata string is OFFSET_METADATA_TOO_LARGE for its partition alone. A
+// group-level error goes on every partition that reached the group; v0-v1 get
+// COORDINATOR_NOT_AVAILABLE for COORDINATOR_LOAD_IN_PROGRESS (older clients do not know it).
+// The producer's epoch is checked by storage on the append: an older epoch is
+// INVALID_PRODUCER_EPOCH. No producer (a negative id or epoch) is INVALID_PRODUCER_ID_MAPPING,
+// as Kafka's transaction verification answers for a producer it does not know: its batch
+// would read back as a plain commit. When the transactional id's coordinator is this broker,
+// the group's partition must be in the producer's transaction (KIP-890 part 1, as Produce):
+// TRANSACTION_ABORTABLE from v4 (INVALID_TXN_STATE before), INVALID_PRODUCER_EPOCH.
+#include "brokerd/group/coordinator.h"
+#include "brokerd/handlers/commit_topics.h"
+#include "brokerd/handlers/handler.h"
+#include "brokerd/txn/txn_coordinator.h"
+
+namespace runnel::brokerd {
+namespace {
+
+using protocol::ErrorCode;
+using protocol::TxnOffsetCommitRequest;
+using protocol::TxnOffsetCommitResponse;
+
+constexpr int16_t kFirstLoadInProgressVersion = 2;
+constexpr int16_t kFirstLeaderEpochVersion = 2;
+constexpr int16_t kFirstTopicIdVersion = 6;
+constexpr int16_t kFirstTransactionAbortableVersion = 4;
+
+// Kafka's validateTransactionalOffsetCommit: 0 or the group-level error.
+ErrorCode ValidateCommitter(group::GroupSlot* slot, const TxnOffsetCommitRequest& req,
+                            int16_t version) {
+  const int32_t generation = req.generation_id_or_member_epoch;
+  if (slot == nullptr || (!slot->classic && !slot->consumer)) {
+    // No group (or an offsets-only one, Kafka's Empty "simple" group): generation -1 is a
+    // producer whose consumer does not use group management.
+    if (generation < 0) return ErrorCode::kNone;
+    return slot == nullptr ? ErrorCode::kIllegalGeneration : ErrorCode::kUnknownMemberId;
+  }
+  if (slot->classic) {
+    return slot->classic->ValidateOffsetCommit(req.member_id, req.group_instance_id, generation,
+                                               /*transactional=*/true);
+  }
+  const ErrorCode error = slot->consumer->ValidateOffsetCommit(req.member_id, generation, version,
+                                                               /*transactional=*/true);
+  return error == ErrorCode::kStaleMemberEpoch ? ErrorCode::kIllegalGeneration : error;
+}
+
+}  // namespace
+
+void HandleTxnOffsetCommit(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
+                           Respond respond) {
+  TxnOffsetCommitRequest req;
+  if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
+  const int16_t version = ctx->header.api_version;
+
+  auto resp = std::make_shared<TxnOffsetCommitResponse>();
+  using Item = CommitItem;
+  const std::vector<Item> valid = CheckCommitTopics(
+      broker.metadata, version >= kFirstTopicIdVersion, req.topics, &resp->topics);
+  auto set_all = [&resp, &valid, version](ErrorCode error) {
+    if (error == ErrorCode::kCoordinatorLoadInProgress && version < kFirstLoadInProgressVersion) {
+      error = ErrorCode::kCoordinatorNotAvailable;
+    }
+    for (const Item& it : valid) resp->topics[it.topic].partitions[it.partition].error_code = error;
+  };
+  if (valid.empty()) return respond(EncodeResponse(*ctx, *resp));
+
+  group::Coordinator::Route route = broker.groups.RouteGroup(req.group_id);
+  if (route.error != ErrorCode::kNone) {
+    set_all(route.error);
+    return respond(EncodeResponse(*ctx, *resp));
+  }
+  group::Shard& shard = *route.shard;
+  if (req.producer_id.value() < 0 || req.producer_epoch < 0) {
+    set_all(ErrorCode::kInvalidProducerIdMapping);
+    return respond(EncodeResponse(*ctx, *resp));
+  }
+  // KIP-890 part 1, as for Produce: the group's partition must be in the producer's
+  // transaction (AddOffsetsToTxn), when the id's coordinator is this broker.
+  if (txn::TxnCoordinator::Route txn_route = broker.txns.RouteId(req.transactional_id);
+      txn_route.error == ErrorCode::kNone) {
+    const ErrorCode error = txn::VerificationError(
+        txn_route.shard->Verify(req.transactional_id, req.producer_id.value(), req.producer_epoch,
+                                {std::string(group::kOffsetsTopic), shard.partition()}),
+        version >= kFirstTransactionAbortableVersion);
+    if (error != ErrorCode::kNone) {
+      set_all(error);
+      return respond(EncodeResponse(*ctx, *resp));
+    }
+  }
+  if (ErrorCode error = ValidateCommitter(shard.Find(req.group_id), req, version);
+      error != ErrorCode::kNone) {
+    set_all(error);
+    return respond(EncodeResponse(*ctx, *resp));
+  }
+
+  std::vector<Item> written;
+  std::vector<group::Shard::Commit> commits =
+      CommitsOf(valid, req.topics, resp->topics, shard, version >= kFirstLeaderEpochVersion,
+                shard.NowMs(), /*expire_at=*/-1, &written);
+  if (commits.empty()) return respond(EncodeResponse(*ctx, *resp));
+
+  std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);
+  shard.CommitTxnOffsets(req.group_id, req.producer_id.value(), req.producer_epoch,
+                         std::move(commits), [resp, written, shared_ctx, respond](ErrorCode error) {
+                           for (const Item& it : written) {
+                             resp->topics[it.topic].partitions[it.partition].error_code = error;
+                           }
+                           respond(EncodeResponse(*shared_ctx, *resp));
+                         });
+}
+
+}  // namespace runnel::brokerd
