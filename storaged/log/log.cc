@@ -396,12 +396,12 @@ Status Log::ReplayLocked(const ProducerBatchHeader& batch,
   std::optional<CompletedTxn> done = producers_.ReplayBatch(batch, marker);
   // An abort whose entry the segment's index lacks (written after its last sync, or the
   // index was damaged): added as the append did.
-  if (!done || !done->aborted || segment.txn_index().last_offset() >= done->last_offset) {
+  if (!done || !done->aborted || segment.LastAbortedTxnOffset() >= done->last_offset) {
     return absl::OkStatus();
   }
   int64_t stable = producers_.FirstUnstableOffsetExcept(done->producer_id);
   if (stable < 0) stable = done->last_offset + 1;
-  return segment.txn_index().Append(
+  return segment.AppendAbortedTxn(
       {done->producer_id, done->first_offset, done->last_offset, stable});
 }
 
@@ -765,7 +765,7 @@ Status Log::IndexCompletedTxnsLocked(const std::vector<CompletedTxn>& completed,
     }
     if (stable < 0) stable = c.last_offset + 1;
     RUNNEL_RETURN_IF_ERROR(
-        segment.txn_index().Append({c.producer_id, c.first_offset, c.last_offset, stable}));
+        segment.AppendAbortedTxn({c.producer_id, c.first_offset, c.last_offset, stable}));
   }
   first_unstable_offset_.store(producers_.FirstUnstableOffset(), std::memory_order_release);
   return absl::OkStatus();
@@ -959,8 +959,10 @@ ReadResult Log::Read(int64_t offset, int32_t max_bytes, bool min_one_batch,
     r.ranges.push_back({seg->log_path(), loc.position, length, seg->inode()});
     r.bytes += length;
     budget -= length;
-    last_segment = seg;
-    last_end = end_position;
+    if (read_committed) [[unlikely]] {
+      last_segment = seg;
+      last_end = end_position;
+    }
     // Continue into the next segment only when this one was read to its end.
     if (end_position < seg_end || budget <= 0) break;
     offset = seg->next_offset();
@@ -989,7 +991,7 @@ void Log::CollectAbortedTxns(int64_t fetch_offset, int64_t upper_bound,
   // Transactions aborted before the segment holding fetch_offset ended before it; each
   // segment's search says when no later one can hold more.
   for (const std::shared_ptr<Segment>& seg : SegmentsFrom(fetch_offset)) {
-    if (seg->txn_index().Collect(fetch_offset, upper_bound, out)) return;
+    if (seg->CollectAbortedTxns(fetch_offset, upper_bound, out)) return;
   }
 }
 
@@ -1313,10 +1315,10 @@ Status Log::ReplaceSegments(const std::vector<std::shared_ptr<Segment>>& old_seg
   }
   // The aborted transactions of the group go with it (the cleaner keeps transactional
   // batches and markers as they are).
-  if (replacement->txn_index().empty()) {
+  if (replacement->LastAbortedTxnOffset() < 0) {
     for (const std::shared_ptr<Segment>& old : old_segments) {
-      for (const AbortedTxn& txn : old->txn_index().entries()) {
-        RUNNEL_RETURN_IF_ERROR(replacement->txn_index().Append(txn));
+      for (const AbortedTxn& txn : old->AbortedTxns()) {
+        RUNNEL_RETURN_IF_ERROR(replacement->AppendAbortedTxn(txn));
       }
     }
   }

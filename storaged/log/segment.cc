@@ -133,16 +133,55 @@ StatusOr<std::unique_ptr<Segment>> Segment::Open(const std::string& dir, int64_t
   RUNNEL_RETURN_IF_ERROR(opened);
   const std::string txn_path =
       SegmentFilePath(dir, base_offset, kTxnIndexSuffix) + std::string(suffix);
-  StatusOr<std::unique_ptr<TxnIndex>> txns = TxnIndex::Open(txn_path);
-  if (!txns.ok() && txns.status().code() == absl::StatusCode::kDataLoss) {
-    kLog()->warn("{}: {}; deleted, rebuilt for what a replay covers", txn_path,
-                 txns.status().message());
+  if (made) {
+    // A new segment has no aborted transaction: a file left under its name is not its own.
     if (::unlink(txn_path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("unlink", txn_path);
-    txns = TxnIndex::Open(txn_path);
+  } else if (::access(txn_path.c_str(), F_OK) == 0) {
+    StatusOr<std::unique_ptr<TxnIndex>> txns = TxnIndex::Open(txn_path);
+    if (txns.ok()) {
+      MutexLock lock(&s->txn_mu_);
+      s->txn_index_ = std::move(*txns);
+    } else if (txns.status().code() == absl::StatusCode::kDataLoss) {
+      kLog()->warn("{}: {}; deleted, rebuilt for what a replay covers", txn_path,
+                   txns.status().message());
+      if (::unlink(txn_path.c_str()) != 0 && errno != ENOENT) {
+        return ErrnoStatus("unlink", txn_path);
+      }
+    } else {
+      return txns.status();
+    }
   }
-  RUNNEL_RETURN_IF_ERROR(txns.status());
-  s->txn_index_ = std::move(*txns);
   return s;
+}
+
+std::string Segment::TxnIndexPath() const {
+  const std::string path = log_path();
+  const size_t plain = SegmentFilePath(dir_, base_offset_, kLogSuffix).size();
+  return SegmentFilePath(dir_, base_offset_, kTxnIndexSuffix) + path.substr(plain);
+}
+
+Status Segment::AppendAbortedTxn(const AbortedTxn& txn) {
+  MutexLock lock(&txn_mu_);
+  if (txn_index_ == nullptr) {
+    RUNNEL_ASSIGN_OR_RETURN(txn_index_, TxnIndex::Open(TxnIndexPath()));
+  }
+  return txn_index_->Append(txn);
+}
+
+bool Segment::CollectAbortedTxns(int64_t fetch_offset, int64_t upper_bound,
+                                 std::vector<AbortedTxn>* out) const {
+  MutexLock lock(&txn_mu_);
+  return txn_index_ != nullptr && txn_index_->Collect(fetch_offset, upper_bound, out);
+}
+
+std::vector<AbortedTxn> Segment::AbortedTxns() const {
+  MutexLock lock(&txn_mu_);
+  return txn_index_ != nullptr ? txn_index_->entries() : std::vector<AbortedTxn>{};
+}
+
+int64_t Segment::LastAbortedTxnOffset() const {
+  MutexLock lock(&txn_mu_);
+  return txn_index_ != nullptr ? txn_index_->last_offset() : -1;
 }
 
 std::string Segment::log_path() const {
@@ -202,7 +241,8 @@ Status Segment::Append(record::ByteSpan bytes, const std::vector<record::BatchVi
 Status Segment::Flush() {
   RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, File());
   RUNNEL_RETURN_IF_ERROR(SyncFd(fh->fd(), /*data_only=*/true, log_path()));
-  return txn_index_->Flush();
+  MutexLock lock(&txn_mu_);
+  return txn_index_ != nullptr ? txn_index_->Flush() : absl::OkStatus();
 }
 
 Status Segment::ScanBatches(int64_t position, int64_t end,
@@ -393,7 +433,10 @@ StatusOr<SegmentRecovery> Segment::Recover(int32_t index_interval_bytes) {
     RUNNEL_RETURN_IF_ERROR(TruncateFd(fh->fd(), position, log_path()));
     size_.store(position);
   }
-  RUNNEL_RETURN_IF_ERROR(txn_index_->TruncateTo(next_offset()));
+  {
+    MutexLock lock(&txn_mu_);
+    if (txn_index_ != nullptr) RUNNEL_RETURN_IF_ERROR(txn_index_->TruncateTo(next_offset()));
+  }
   if (!active_) RUNNEL_RETURN_IF_ERROR(TrimIndexes());
   indexes_missing_ = false;
   return result;
@@ -439,7 +482,10 @@ Status Segment::LoadClean(int32_t index_interval_bytes) {
 }
 
 Status Segment::TruncateTo(int64_t offset) {
-  RUNNEL_RETURN_IF_ERROR(txn_index_->TruncateTo(offset));
+  {
+    MutexLock lock(&txn_mu_);
+    if (txn_index_ != nullptr) RUNNEL_RETURN_IF_ERROR(txn_index_->TruncateTo(offset));
+  }
   RUNNEL_ASSIGN_OR_RETURN(std::optional<BatchLocation> loc, FindBatch(offset, size()));
   if (!loc) return absl::OkStatus();  // nothing at or after offset
   RUNNEL_ASSIGN_OR_RETURN(std::shared_ptr<FileHandle> fh, File());
@@ -516,7 +562,9 @@ Status Segment::RenameSuffix(std::string_view from, std::string_view to) {
   }
   RUNNEL_RETURN_IF_ERROR(offset_index_->RenameTo(renamed(offset_index_->path())));
   RUNNEL_RETURN_IF_ERROR(time_index_->RenameTo(renamed(time_index_->path())));
-  return txn_index_->RenameTo(renamed(txn_index_->path()));
+  MutexLock lock(&txn_mu_);
+  return txn_index_ != nullptr ? txn_index_->RenameTo(renamed(txn_index_->path()))
+                               : absl::OkStatus();
 }
 
 Status Segment::Delete() {
@@ -525,7 +573,8 @@ Status Segment::Delete() {
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("unlink", path);
   RUNNEL_RETURN_IF_ERROR(offset_index_->Delete());
   RUNNEL_RETURN_IF_ERROR(time_index_->Delete());
-  return txn_index_->Delete();
+  MutexLock lock(&txn_mu_);
+  return txn_index_ != nullptr ? txn_index_->Delete() : absl::OkStatus();
 }
 
 }  // namespace runnel::storaged

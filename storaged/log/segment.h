@@ -54,7 +54,7 @@ class Segment {
   // Opens an existing segment, or creates one when `create`. Indexes are opened writable
   // when `active`. A missing index file is created empty (the caller rebuilds it).
   // `suffix` (e.g. ".cleaned") is appended to every file name. A damaged .txnindex is
-  // deleted (logged) and starts empty: Log's replay re-adds what it covers.
+  // deleted (logged): Log's replay re-adds what it covers.
   static StatusOr<std::unique_ptr<Segment>> Open(const std::string& dir, int64_t base_offset,
                                                  int32_t max_index_bytes, bool create, bool active,
                                                  FileCache* files, std::string_view suffix = "");
@@ -79,8 +79,16 @@ class Segment {
   bool IndexFull() const { return offset_index_->IsFull() || time_index_->IsAlmostFull(); }
   const OffsetIndex& offset_index() const { return *offset_index_; }
   const TimeIndex& time_index() const { return *time_index_; }
-  // The aborted transactions whose markers lie in this segment.
-  TxnIndex& txn_index() const { return *txn_index_; }
+  // The aborted transactions whose markers lie in this segment: its .txnindex, made by the
+  // first (a segment without one holds no TxnIndex, so the many segments of a node pay
+  // nothing for it). Thread-safe.
+  Status AppendAbortedTxn(const AbortedTxn& txn);
+  // TxnIndex::Collect; false (not complete) without an index.
+  bool CollectAbortedTxns(int64_t fetch_offset, int64_t upper_bound,
+                          std::vector<AbortedTxn>* out) const;
+  std::vector<AbortedTxn> AbortedTxns() const;
+  // The marker offset of the last aborted transaction; -1 when none.
+  int64_t LastAbortedTxnOffset() const;
 
   // Writes `bytes` (whole batches back to back, offsets already assigned; `batches` are
   // views of them) at the end of the file in one write, and indexes them every
@@ -155,6 +163,8 @@ class Segment {
   Status ResetSummary();
   Status RebuildIndexes(int32_t index_interval_bytes);
   Status TrimIndexes();
+  // <base>.txnindex with the suffix the .log file has now.
+  std::string TxnIndexPath() const;
 
   std::string dir_;
   int64_t base_offset_;
@@ -176,7 +186,8 @@ class Segment {
   bool rebuilt_indexes_ = false;
   std::unique_ptr<OffsetIndex> offset_index_;
   std::unique_ptr<TimeIndex> time_index_;
-  std::unique_ptr<TxnIndex> txn_index_;
+  mutable Mutex txn_mu_;
+  std::unique_ptr<TxnIndex> txn_index_ ABSL_GUARDED_BY(txn_mu_);  // null until needed
 };
 
 }  // namespace runnel::storaged

@@ -11,7 +11,7 @@
 #include "storaged/log/file_io.h"
 
 namespace runnel::storaged {
-StatusOr<std::unique_ptr<TxnIndex>> TxnIndex::Open(std::string path) {
+StatusOr<std::unique_ptr<TxnIndex>> TxnIndex::Open(const std::string& path) {
   std::unique_ptr<TxnIndex> index(new TxnIndex(path));
   RUNNEL_ASSIGN_OR_RETURN(std::optional<std::string> bytes, ReadWholeFile(path));
   if (bytes) {

@@ -26,7 +26,7 @@ class TxnIndex {
  public:
   // The index at `path`, loaded when the file exists (empty otherwise); a damaged file is
   // kDataLoss (the caller deletes it and rebuilds it by a replay).
-  static StatusOr<std::unique_ptr<TxnIndex>> Open(std::string path);
+  static StatusOr<std::unique_ptr<TxnIndex>> Open(const std::string& path);
 
   // Adds an entry (its lastOffset must exceed the last entry's: kFailedPrecondition
   // otherwise), writing it to the file, made if needed. Nothing changes on a write error.

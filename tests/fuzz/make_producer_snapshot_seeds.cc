@@ -37,11 +37,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> seeds;
   ProducerStateManager state;
   seeds.push_back(state.EncodeSnapshot());
-  state.ReplayBatch(Batch(7, 0, 0, 0, 3), -1);
+  state.ReplayBatch(Batch(7, 0, 0, 0, 3), std::nullopt);
   seeds.push_back(state.EncodeSnapshot());
-  state.ReplayBatch(Batch(9, 2, 2147483646, 3, 4, /*transactional=*/true), -1);
-  state.ReplayBatch(Batch(11, 1, 0, 7, 1, /*transactional=*/true), -1);
-  state.ReplayBatch(Batch(11, 1, 0, 8, 1, /*transactional=*/true, /*control=*/true), 5);
+  state.ReplayBatch(Batch(9, 2, 2147483646, 3, 4, /*transactional=*/true), std::nullopt);
+  state.ReplayBatch(Batch(11, 1, 0, 7, 1, /*transactional=*/true), std::nullopt);
+  state.ReplayBatch(Batch(11, 1, 0, 8, 1, /*transactional=*/true, /*control=*/true),
+                    runnel::record::EndTxnMarker{true, 5});
   seeds.push_back(state.EncodeSnapshot());
   std::string cut = seeds.back();
   cut.resize(cut.size() - 7);

@@ -161,7 +161,7 @@ TEST_F(LogTxnTest, AnAbortIsIndexedAndReadCommittedReadsListIt) {
   // The entry: A's transaction from 3 to its marker at 7; B's ongoing one held the last
   // stable offset at 5.
   ASSERT_EQ(log->Segments().size(), 1u);
-  EXPECT_EQ(log->Segments()[0]->txn_index().entries(), (std::vector<AbortedTxn>{{kA, 3, 7, 5}}));
+  EXPECT_EQ(log->Segments()[0]->AbortedTxns(), (std::vector<AbortedTxn>{{kA, 3, 7, 5}}));
 
   ReadResult all = log->Read(0, 1 << 20, true, std::nullopt, true);
   EXPECT_EQ(Bases(all), (std::vector<int64_t>{0, 3, 5, 7, 8}));
@@ -201,7 +201,7 @@ TEST_F(LogTxnTest, TheIndexSurvivesRestartsAndAnUncleanOneRebuildsWhatIsMissing)
   auto log = Open(/*clean=*/false);
   ASSERT_NE(log, nullptr);
   EXPECT_EQ(log->LastStableOffset(), 9);
-  EXPECT_EQ(log->Segments()[0]->txn_index().entries(), (std::vector<AbortedTxn>{{kA, 3, 7, 5}}));
+  EXPECT_EQ(log->Segments()[0]->AbortedTxns(), (std::vector<AbortedTxn>{{kA, 3, 7, 5}}));
   EXPECT_EQ(TxnIndexFiles(), (std::vector<std::string>{"00000000000000000000.txnindex"}));
   // A damaged index is dropped and rebuilt the same way.
   log.reset();
@@ -214,7 +214,7 @@ TEST_F(LogTxnTest, TheIndexSurvivesRestartsAndAnUncleanOneRebuildsWhatIsMissing)
   }
   log = Open(/*clean=*/false);
   ASSERT_NE(log, nullptr);
-  EXPECT_EQ(log->Segments()[0]->txn_index().entries(), (std::vector<AbortedTxn>{{kA, 3, 7, 5}}));
+  EXPECT_EQ(log->Segments()[0]->AbortedTxns(), (std::vector<AbortedTxn>{{kA, 3, 7, 5}}));
 }
 
 TEST_F(LogTxnTest, TruncationDropsAbortsPastTheNewEndAndReopensTheirTransactions) {
@@ -222,7 +222,7 @@ TEST_F(LogTxnTest, TruncationDropsAbortsPastTheNewEndAndReopensTheirTransactions
   ASSERT_NE(log, nullptr);
   WriteTwoTransactions(*log);
   ASSERT_TRUE(log->TruncateTo(7).ok());
-  EXPECT_TRUE(log->Segments()[0]->txn_index().empty());
+  EXPECT_TRUE(log->Segments()[0]->AbortedTxns().empty());
   EXPECT_TRUE(TxnIndexFiles().empty());
   EXPECT_EQ(log->LastStableOffset(), 3);
   EXPECT_TRUE(log->Read(0, 1 << 20, true, std::nullopt, true).aborted.empty());
@@ -274,7 +274,7 @@ TEST_F(LogTxnTest, CompactionKeepsTheAbortedTransactionsOfTheSegmentsItRewrites)
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_GT(stats->records_removed, 0);
   ASSERT_EQ(log->Segments().size(), 2u);
-  EXPECT_EQ(log->Segments()[0]->txn_index().entries(), (std::vector<AbortedTxn>{{kA, 6, 8, 9}}));
+  EXPECT_EQ(log->Segments()[0]->AbortedTxns(), (std::vector<AbortedTxn>{{kA, 6, 8, 9}}));
   for (const std::shared_ptr<Segment>& s : to_unlink) ASSERT_TRUE(s->Delete().ok());
   EXPECT_EQ(TxnIndexFiles(), (std::vector<std::string>{"00000000000000000000.txnindex"}));
   EXPECT_EQ(log->Read(0, 1 << 20, true, std::nullopt, true).aborted,
@@ -282,7 +282,7 @@ TEST_F(LogTxnTest, CompactionKeepsTheAbortedTransactionsOfTheSegmentsItRewrites)
   log.reset();
   log = Open(/*clean=*/true);
   ASSERT_NE(log, nullptr);
-  EXPECT_EQ(log->Segments()[0]->txn_index().entries(), (std::vector<AbortedTxn>{{kA, 6, 8, 9}}));
+  EXPECT_EQ(log->Segments()[0]->AbortedTxns(), (std::vector<AbortedTxn>{{kA, 6, 8, 9}}));
 }
 
 }  // namespace
