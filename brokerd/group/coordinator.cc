@@ -14,8 +14,6 @@
 
 namespace runnel::brokerd::group {
 
-using internal::kLog;
-
 namespace {
 
 // Decodes one UTF-8 sequence at `s[*i]` into a code point, advancing *i; nullopt (advancing

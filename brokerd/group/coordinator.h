@@ -212,7 +212,8 @@ class Shard final : public GroupEnv {
   std::vector<LogRecord> StartCommits(const std::string& group_id,
                                       const std::vector<Commit>& commits);
   // Write, transactional when `producer` is set.
-  void Append(std::vector<LogRecord> records, std::optional<TxnProducer> producer, AppendDone done);
+  void Append(const std::vector<LogRecord>& records, std::optional<TxnProducer> producer,
+              AppendDone done);
 
   void ReadNext(int64_t offset);
   void OnRead(const grpc::Status& status, storage::ReadResponse& resp, int64_t offset);

@@ -70,13 +70,12 @@ void Shard::CancelTimer(TimerId id) {
 }
 
 void Shard::Write(std::vector<LogRecord> records, std::function<void(ErrorCode error)> done) {
-  Append(std::move(records), std::nullopt,
-         [done = std::move(done)](ErrorCode error, ErrorCode, int64_t) {
-           if (done) done(error);
-         });
+  Append(records, std::nullopt, [done = std::move(done)](ErrorCode error, ErrorCode, int64_t) {
+    if (done) done(error);
+  });
 }
 
-void Shard::Append(std::vector<LogRecord> records, std::optional<TxnProducer> producer,
+void Shard::Append(const std::vector<LogRecord>& records, std::optional<TxnProducer> producer,
                    AppendDone done) {
   const uint64_t id = next_write_++;
   pending_writes_.emplace(id, std::move(done));

@@ -92,7 +92,7 @@ void Shard::CommitOffsets(const std::string& group_id, std::vector<Commit> commi
                           std::function<void(ErrorCode error)> done) {
   std::vector<LogRecord> records = StartCommits(group_id, commits);
   auto shared = std::make_shared<std::vector<Commit>>(std::move(commits));
-  Append(std::move(records), std::nullopt,
+  Append(records, std::nullopt,
          [this, group_id, shared, done = std::move(done)](ErrorCode error, ErrorCode,
                                                           int64_t base_offset) {
            if (GroupSlot* slot = Find(group_id)) {
@@ -121,7 +121,7 @@ void Shard::CommitTxnOffsets(const std::string& group_id, int64_t producer_id,
                              std::function<void(ErrorCode error)> done) {
   std::vector<LogRecord> records = StartCommits(group_id, commits);
   auto shared = std::make_shared<std::vector<Commit>>(std::move(commits));
-  Append(std::move(records), TxnProducer{producer_id, producer_epoch},
+  Append(records, TxnProducer{producer_id, producer_epoch},
          [this, group_id, producer_id, shared, done = std::move(done)](
              ErrorCode error, ErrorCode append_error, int64_t base_offset) {
            const ErrorCode result = TxnWriteError(error, append_error);

@@ -68,7 +68,7 @@ txn::TxnPartitions ToSet(const Topics& topics) {
 // One transaction: adds its partitions (or verifies them) and calls `done` with the results.
 void AddOne(BrokerContext& broker, const std::string& id, int64_t producer_id,
             int16_t producer_epoch, const Topics& topics, bool verify_only, int16_t version,
-            std::function<void(std::vector<TopicResult>)> done) {
+            const std::function<void(std::vector<TopicResult>)>& done) {
   if (id.empty()) return done(AllWith(topics, ErrorCode::kInvalidRequest));
   if (auto missing = MissingPartitions(broker, topics)) return done(std::move(*missing));
   txn::TxnCoordinator::Route route = broker.txns.RouteId(id);

@@ -140,7 +140,7 @@ void TxnShard::After(int64_t delay_ms, std::function<void()> fn) {
   });
 }
 
-void TxnShard::WriteTransition(const std::string& id, TxnMetadata target, Done done) {
+void TxnShard::WriteTransition(const std::string& id, TxnMetadata target, const Done& done) {
   Entry* e = Find(id);
   if (e == nullptr) return done(ErrorCode::kConcurrentTransactions);
   e->pending = target;
@@ -167,7 +167,7 @@ void TxnShard::WriteTransition(const std::string& id, TxnMetadata target, Done d
 // ---- InitProducerId ------------------------------------------------------------------------
 
 void TxnShard::InitProducerId(const std::string& id, int32_t timeout_ms,
-                              std::optional<ProducerIdAndEpoch> expected, InitDone done) {
+                              std::optional<ProducerIdAndEpoch> expected, const InitDone& done) {
   Entry* e = Find(id);
   if (e == nullptr || (NeedsNewProducerId(e->meta, expected) && !e->pending.has_value())) {
     // A new id, or an exhausted epoch: a new producer id first.
@@ -188,11 +188,11 @@ void TxnShard::InitProducerId(const std::string& id, int32_t timeout_ms,
 
 void TxnShard::InitWith(const std::string& id, int32_t timeout_ms,
                         std::optional<ProducerIdAndEpoch> expected, int64_t new_producer_id,
-                        InitDone done) {
+                        const InitDone& done) {
   Entry* e = Find(id);
   if (e == nullptr) return done(ErrorCode::kConcurrentTransactions, kNoProducerId, -1);
   if (new_producer_id < 0 && NeedsNewProducerId(e->meta, expected)) {
-    return InitProducerId(id, timeout_ms, expected, std::move(done));
+    return InitProducerId(id, timeout_ms, expected, done);
   }
   Transition t = PrepareInitProducerId(e->meta, e->pending.has_value(), timeout_ms, expected,
                                        new_producer_id, NowMs());
@@ -224,13 +224,13 @@ void TxnShard::InitWith(const std::string& id, int32_t timeout_ms,
 // ---- AddPartitionsToTxn / AddOffsetsToTxn ----------------------------------------------------
 
 void TxnShard::AddPartitions(const std::string& id, int64_t producer_id, int16_t producer_epoch,
-                             const TxnPartitions& partitions, Done done) {
+                             const TxnPartitions& partitions, const Done& done) {
   Entry* e = Find(id);
   if (e == nullptr) return done(ErrorCode::kInvalidProducerIdMapping);
   Transition t = PrepareAddPartitions(e->meta, e->pending.has_value(), producer_id, producer_epoch,
                                       partitions, NowMs());
   if (t.error != ErrorCode::kNone || !t.target.has_value()) return done(t.error);
-  WriteTransition(id, std::move(*t.target), std::move(done));
+  WriteTransition(id, std::move(*t.target), done);
 }
 
 ErrorCode TxnShard::Verify(const std::string& id, int64_t producer_id, int16_t producer_epoch,
@@ -243,12 +243,12 @@ ErrorCode TxnShard::Verify(const std::string& id, int64_t producer_id, int16_t p
 // ---- EndTxn and the markers -----------------------------------------------------------------
 
 void TxnShard::EndTxn(const std::string& id, int64_t producer_id, int16_t producer_epoch,
-                      bool commit, Done done) {
-  EndTxnInternal(id, producer_id, producer_epoch, commit, /*from_client=*/true, std::move(done));
+                      bool commit, const Done& done) {
+  EndTxnInternal(id, producer_id, producer_epoch, commit, /*from_client=*/true, done);
 }
 
 void TxnShard::EndTxnInternal(const std::string& id, int64_t producer_id, int16_t producer_epoch,
-                              bool commit, bool from_client, Done done) {
+                              bool commit, bool from_client, const Done& done) {
   Entry* e = Find(id);
   if (e == nullptr) return done(ErrorCode::kInvalidProducerIdMapping);
   // Only the coordinator's own abort carries out a pending fence; a client meets it as any
@@ -271,7 +271,7 @@ void TxnShard::EndTxnInternal(const std::string& id, int64_t producer_id, int16_
   });
 }
 
-void TxnShard::SendMarkers(const std::string& id, TxnPartitions remaining, int attempt) {
+void TxnShard::SendMarkers(const std::string& id, const TxnPartitions& remaining, int attempt) {
   Entry* e = Find(id);
   if (e == nullptr || state_ != State::kActive) return;
   const TxnMetadata& m = e->meta;

@@ -89,13 +89,13 @@ class TxnShard {
   void Unload();
 
   void InitProducerId(const std::string& id, int32_t timeout_ms,
-                      std::optional<ProducerIdAndEpoch> expected, InitDone done);
+                      std::optional<ProducerIdAndEpoch> expected, const InitDone& done);
   void AddPartitions(const std::string& id, int64_t producer_id, int16_t producer_epoch,
-                     const TxnPartitions& partitions, Done done);
+                     const TxnPartitions& partitions, const Done& done);
   ErrorCode Verify(const std::string& id, int64_t producer_id, int16_t producer_epoch,
                    const TxnPartition& partition) const;
   void EndTxn(const std::string& id, int64_t producer_id, int16_t producer_epoch, bool commit,
-              Done done);
+              const Done& done);
 
   std::optional<TxnView> Describe(const std::string& id) const;
   std::vector<TxnView> List() const;
@@ -116,13 +116,14 @@ class TxnShard {
   void OnBatch(const record::BatchView& batch);
   void FinishLoad();
   // Writes `target` as `id`'s state; on success it becomes the stored state.
-  void WriteTransition(const std::string& id, TxnMetadata target, Done done);
+  void WriteTransition(const std::string& id, TxnMetadata target, const Done& done);
   void InitWith(const std::string& id, int32_t timeout_ms,
-                std::optional<ProducerIdAndEpoch> expected, int64_t new_producer_id, InitDone done);
+                std::optional<ProducerIdAndEpoch> expected, int64_t new_producer_id,
+                const InitDone& done);
   void EndTxnInternal(const std::string& id, int64_t producer_id, int16_t producer_epoch,
-                      bool commit, bool from_client, Done done);
+                      bool commit, bool from_client, const Done& done);
   // Writes the markers of `id`'s PrepareCommit/PrepareAbort, then its completion.
-  void SendMarkers(const std::string& id, TxnPartitions remaining, int attempt);
+  void SendMarkers(const std::string& id, const TxnPartitions& remaining, int attempt);
   void WriteCompletion(const std::string& id, int attempt);
   void After(int64_t delay_ms, std::function<void()> fn);
 

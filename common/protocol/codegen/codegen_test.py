@@ -177,11 +177,13 @@ class RealSchemaTest(unittest.TestCase):
         import generate
         schema_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schema")
         data = generate.load_data(schema_dir, generate.load_apis(schema_dir))
-        self.assertEqual(len(data), 16)
-        self.assertEqual({d for d, _ in data}, {"coordinator"})
+        self.assertEqual(len(data), 18)
+        self.assertEqual({d for d, _ in data}, {"coordinator", "transaction"})
         by_name = {m.name: m for _, m in data}
         self.assertEqual((by_name["OffsetCommitValue"].lo, by_name["OffsetCommitValue"].hi), (0, 4))
         self.assertEqual(by_name["GroupMetadataKey"].lo, 2)
+        self.assertEqual((by_name["TransactionLogValue"].lo, by_name["TransactionLogValue"].hi),
+                         (0, 1))
         outputs = generate.codec_outputs([], data)
         self.assertIn("common/protocol/coordinator/offset_commit_key.h", outputs)
 

@@ -19,7 +19,6 @@ namespace {
 using protocol::ErrorCode;
 using protocol::JoinGroupResponse;
 using protocol::SyncGroupResponse;
-using protocol::ToWire;
 using Bytes = std::vector<uint8_t>;
 
 constexpr ErrorCode kNone = ErrorCode::kNone;

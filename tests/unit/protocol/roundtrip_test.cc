@@ -30,14 +30,16 @@ INSTANTIATE_TEST_SUITE_P(AllMessages, RoundTripTest, ::testing::ValuesIn(AllRoun
 
 TEST(RoundTripCasesTest, CoverEveryApi) {
   // 91 APIs in the schema folder, each with a request and a response at >= 1 version, plus
-  // the 16 __consumer_offsets record schemas of schema/coordinator/ (api_key -1).
+  // the 16 __consumer_offsets record schemas of schema/coordinator/ and the 2
+  // __transaction_state ones of schema/transaction/ (api_key -1).
   std::vector<RoundTripCase> cases = AllRoundTripCases();
   std::set<std::string> messages, data;
   for (const RoundTripCase& c : cases) (c.api_key >= 0 ? messages : data).insert(c.message);
   EXPECT_EQ(messages.size(), 2u * 91u);
   EXPECT_GT(cases.size(), 2u * 91u);
-  EXPECT_EQ(data.size(), 16u);
+  EXPECT_EQ(data.size(), 18u);
   EXPECT_EQ(data.count("OffsetCommitValue"), 1u);
+  EXPECT_EQ(data.count("TransactionLogValue"), 1u);
 }
 
 }  // namespace
