@@ -334,6 +334,22 @@ uint64_t Fnv1a(const void* data, size_t size) {
   return h;
 }
 
+// The sequence number a consumed value starts with (UINT64_MAX when it is too short), counting
+// it in `*corrupt` when the value is not FillValue's for that number. `expected` is scratch.
+uint64_t CheckSeqValue(const rd_kafka_message_t* m, std::string& expected, uint64_t* corrupt) {
+  if (m->payload == nullptr || m->len < 8) {
+    ++*corrupt;
+    return UINT64_MAX;
+  }
+  const auto* p = static_cast<const unsigned char*>(m->payload);
+  uint64_t seq = 0;
+  for (int i = 0; i < 8; ++i) seq = (seq << 8) | p[i];
+  expected.assign(m->len, '\0');
+  FillValue(seq, expected);
+  if (memcmp(expected.data(), m->payload, m->len) != 0) ++*corrupt;
+  return seq;
+}
+
 struct SeqState {
   FILE* acked_file = nullptr;
   uint64_t acked = 0;
@@ -436,17 +452,7 @@ int SeqConsume(const Options& o, int partitions, const char* seq_path) {
   std::string expected;
   bool ok = CConsumeLoop(o, wants, [&](const rd_kafka_message_t* m) {
     ++consumed;
-    uint64_t seq = UINT64_MAX;
-    if (m->payload != nullptr && m->len >= 8) {
-      const auto* p = static_cast<const unsigned char*>(m->payload);
-      seq = 0;
-      for (int i = 0; i < 8; ++i) seq = (seq << 8) | p[i];
-      expected.assign(m->len, '\0');
-      FillValue(seq, expected);
-      if (memcmp(expected.data(), m->payload, m->len) != 0) ++corrupt;
-    } else {
-      ++corrupt;
-    }
+    const uint64_t seq = CheckSeqValue(m, expected, &corrupt);
     fwrite(&seq, sizeof(seq), 1, out);
     checksum += Fnv1a(m->payload, m->len);
   });
@@ -577,17 +583,7 @@ int SeqDrain(const Options& o, int partitions, const char* seq_path) {
       fprintf(stderr, "consume: %s\n", rd_kafka_message_errstr(m));
     } else {
       ++consumed;
-      uint64_t seq = UINT64_MAX;
-      if (m->payload != nullptr && m->len >= 8) {
-        const auto* b = static_cast<const unsigned char*>(m->payload);
-        seq = 0;
-        for (int i = 0; i < 8; ++i) seq = (seq << 8) | b[i];
-        expected.assign(m->len, '\0');
-        FillValue(seq, expected);
-        if (memcmp(expected.data(), m->payload, m->len) != 0) ++corrupt;
-      } else {
-        ++corrupt;
-      }
+      const uint64_t seq = CheckSeqValue(m, expected, &corrupt);
       fwrite(&seq, sizeof(seq), 1, out);
     }
     rd_kafka_message_destroy(m);
