@@ -34,6 +34,7 @@ LIST_TRANSACTIONS = 66
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
+COORDINATOR_LOAD_IN_PROGRESS = 14
 NOT_COORDINATOR = 16
 INVALID_REQUEST = 42
 INVALID_PRODUCER_EPOCH = 47
@@ -164,7 +165,19 @@ def describe_txns(conn, ids):
 
 
 def list_txns(conn, states=(), pattern=None):
-    """(error, unknown state filters, {id: state}) of ListTransactions v2."""
+    """(error, unknown state filters, {id: state}) of ListTransactions v2. While a
+    __transaction_state partition is still loading the broker answers
+    COORDINATOR_LOAD_IN_PROGRESS (as Kafka does, and its admin client retries): so does this,
+    for up to 30 s."""
+    deadline = time.monotonic() + 30
+    while True:
+        got = list_txns_once(conn, states, pattern)
+        if got[0] != COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
+def list_txns_once(conn, states, pattern):
     w = ApiWriter(True).array(list(states), lambda w, s: w.string(s))
     w.array([], lambda w, p: w.i64(p)).i64(-1).string(pattern).tags()
     r = conn.call(LIST_TRANSACTIONS, 2, w)
