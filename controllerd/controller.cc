@@ -34,6 +34,7 @@ ControllerOptions ControllerOptions::FromConfig(const config::Config& config) {
   o.min_insync_replicas = config.GetInt("min.insync.replicas");
   o.snapshot_interval_bytes = config.GetLong("metadata.log.max.record.bytes.between.snapshots");
   o.session_timeout_ms = config.GetInt("broker.session.timeout.ms");
+  o.transaction_version = config.GetInt("runnel.bootstrap.transaction.version");
   return o;
 }
 
@@ -303,6 +304,9 @@ void Controller::MaybeProposeClusterIdLocked() {
   auto* f = batch.add_records()->mutable_feature_level();
   f->set_name("metadata.version");
   f->set_feature_level(kMetadataVersion);
+  auto* tv = batch.add_records()->mutable_feature_level();
+  tv->set_name("transaction.version");
+  tv->set_feature_level(options_.transaction_version);
   // Kafka's format writes the cluster-wide min.insync.replicas, which every topic's
   // DescribeConfigs then shows as DYNAMIC_DEFAULT_BROKER_CONFIG.
   auto* c = batch.add_records()->mutable_config();

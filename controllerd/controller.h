@@ -59,6 +59,8 @@ struct ControllerOptions {
   int64_t default_timeout_ms = 30000;
   // broker.session.timeout.ms: the leader fences a broker silent for this long.
   int64_t session_timeout_ms = 9000;
+  // The transaction.version a new cluster starts at (runnel.bootstrap.transaction.version).
+  int32_t transaction_version = 2;
   // How often the leader looks for brokers whose session expired.
   int64_t session_check_interval_ms = 500;
   // Seeds topic ids, cluster id and replica placement; random when unset (tests set it).

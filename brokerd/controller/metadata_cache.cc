@@ -20,11 +20,15 @@ bool MetadataCache::Apply(const runnel::controller::MetadataUpdate& update) {
     brokers_.clear();
     broker_configs_.clear();
     cluster_id_.clear();
+    features_.clear();
     changes.image = true;
   } else if (!ready_ || update.offset() != offset_ + 1) {
     return false;
   }
-  for (const auto& record : update.records()) ApplyRecord(record, changes);
+  for (const auto& record : update.records()) {
+    ApplyRecord(record, changes);
+    if (record.has_feature_level()) features_epoch_ = update.offset();
+  }
   offset_ = update.offset();
   ready_ = true;
   for (const auto& fn : change_listeners_) fn(changes);
@@ -42,6 +46,13 @@ void MetadataCache::ApplyRecord(const runnel::metadata::MetadataRecord& record,
       cluster_id_ = record.cluster_id().cluster_id();
       break;
     case R::kFeatureLevel:
+      if (record.feature_level().feature_level() == 0) {
+        features_.erase(record.feature_level().name());  // level 0: the feature is off
+      } else {
+        features_[record.feature_level().name()] =
+            static_cast<int16_t>(record.feature_level().feature_level());
+      }
+      break;
     case R::kProducerIds:  // the controller's counter; brokers get blocks by asking for them
       break;
     case R::kRegisterBroker: {

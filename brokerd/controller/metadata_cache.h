@@ -80,6 +80,16 @@ class MetadataCache {
   bool ready() const { return ready_; }
   int64_t offset() const { return offset_; }
   const std::string& cluster_id() const { return cluster_id_; }
+  // The cluster's finalized features above level 0 (FeatureLevelRecords: metadata.version,
+  // transaction.version), and the metadata offset of the last change to them (ApiVersions'
+  // FinalizedFeaturesEpoch); -1 before any.
+  const std::map<std::string, int16_t>& features() const { return features_; }
+  int64_t features_epoch() const { return features_epoch_; }
+  // A feature's level; 0 when the cluster does not have it.
+  int16_t FeatureLevel(const std::string& name) const {
+    auto it = features_.find(name);
+    return it == features_.end() ? 0 : it->second;
+  }
   // The active controller (the metadata quorum's leader) as last heard of; -1 when unknown.
   int32_t active_controller() const { return active_controller_; }
 
@@ -121,6 +131,8 @@ class MetadataCache {
   std::map<std::string, TopicInfo> topics_;
   std::map<std::string, std::string> name_by_id_;  // 16-byte id -> name
   std::map<int32_t, BrokerInfo> brokers_;
+  std::map<std::string, int16_t> features_;
+  int64_t features_epoch_ = -1;
   std::map<std::string, std::map<std::string, std::string>> broker_configs_;
   std::vector<std::function<void()>> waiters_;
   std::vector<std::function<void(const MetadataChanges&)>> change_listeners_;

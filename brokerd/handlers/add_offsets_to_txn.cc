@@ -33,8 +33,10 @@ void HandleAddOffsetsToTxn(BrokerContext& broker, std::unique_ptr<RequestContext
   if (route.error != ErrorCode::kNone) return answer(route.error);
   txn::TxnPartitions partitions;
   partitions.emplace(std::string(group::kOffsetsTopic), broker.groups.PartitionFor(req.group_id));
+  // transaction.version 2 clients never send AddOffsetsToTxn (TxnOffsetCommit v5+ adds the
+  // group's partition): Kafka takes it as version 0.
   route.shard->AddPartitions(req.transactional_id, req.producer_id.value(), req.producer_epoch,
-                             partitions, answer);
+                             partitions, /*client_transaction_version=*/0, answer);
 }
 
 }  // namespace runnel::brokerd

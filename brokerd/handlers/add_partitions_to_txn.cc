@@ -9,7 +9,9 @@
 //
 // v4-v5 are a partition leader's (KIP-890): several transactions at once, each either added
 // or, with VerifyOnly, checked: is the partition in the producer's ongoing transaction
-// (per partition: NONE or TRANSACTION_ABORTABLE, or the transaction's error on all).
+// (per partition: NONE or TRANSACTION_ABORTABLE, or the transaction's error on all). A leader
+// adds partitions for a transaction.version 2 client (Produce v12+), so such a transaction
+// ends by v2's rules when the coordinator aborts it.
 #include "brokerd/handlers/handler.h"
 #include "brokerd/txn/txn_coordinator.h"
 
@@ -83,8 +85,11 @@ void AddOne(BrokerContext& broker, const std::string& id, int64_t producer_id,
     }
     return done(std::move(out));
   }
+  // Kafka's rule: a leader adding partitions (v4+) does so for a transaction.version 2 client.
+  const int16_t client_version = version >= kFirstBatchedVersion ? txn::kTransactionVersion2 : 0;
   route.shard->AddPartitions(
-      id, producer_id, producer_epoch, ToSet(topics), [topics, version, done](ErrorCode error) {
+      id, producer_id, producer_epoch, ToSet(topics), client_version,
+      [topics, version, done](ErrorCode error) {
         done(AllWith(topics, txn::FencedForVersion(error, version, kFencedSince)));
       });
 }

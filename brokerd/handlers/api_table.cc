@@ -8,7 +8,7 @@ using protocol::ApiKey;
 
 std::span<const ApiEntry> SupportedApis() {
   static const ApiEntry kApis[] = {
-      {ApiKey::kProduce, 0, 11, &HandleProduce},
+      {ApiKey::kProduce, 0, 12, &HandleProduce},
       {ApiKey::kFetch, 4, 18, &HandleFetch},
       {ApiKey::kListOffsets, 1, 11, &HandleListOffsets},
       {ApiKey::kDeleteRecords, 0, 2, &HandleDeleteRecords},
@@ -42,7 +42,7 @@ std::span<const ApiEntry> SupportedApis() {
       {ApiKey::kInitProducerId, 0, 5, &HandleInitProducerId},
       {ApiKey::kAddPartitionsToTxn, 0, 5, &HandleAddPartitionsToTxn},
       {ApiKey::kAddOffsetsToTxn, 0, 4, &HandleAddOffsetsToTxn},
-      {ApiKey::kEndTxn, 0, 4, &HandleEndTxn},
+      {ApiKey::kEndTxn, 0, 5, &HandleEndTxn},
       {ApiKey::kDescribeTransactions, 0, 0, &HandleDescribeTransactions},
       {ApiKey::kListTransactions, 0, 2, &HandleListTransactions},
       {ApiKey::kWriteTxnMarkers, 1, 2, &HandleWriteTxnMarkers},

@@ -1,4 +1,4 @@
-// Produce (key 0): v3-v11 served, advertised from v0 because librdkafka reads the advertised
+// Produce (key 0): v3-v12 served, advertised from v0 because librdkafka reads the advertised
 // minimum; v0-v2 (message format v0/v1) are answered UNSUPPORTED_VERSION per partition, as
 // Kafka 4 does.
 //
@@ -9,12 +9,19 @@
 // never answered (a failed one closes the connection).
 //
 // Transactional batches, as Kafka: a request holding one without a transactional id is
-// TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition; a batch whose partition is not in
-// its producer's ongoing transaction is refused before it is appended (KIP-890 part 1, when
-// the id's coordinator is this broker): TRANSACTION_ABORTABLE (INVALID_TXN_STATE before v11),
-// INVALID_PRODUCER_EPOCH for an old epoch, NOT_ENOUGH_REPLICAS (retriable) while the
-// transaction is ending. So a late retry cannot land after its transaction's marker.
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition. Before v12 a batch whose partition
+// is not in its producer's ongoing transaction is refused before it is appended (KIP-890 part
+// 1, when the id's coordinator is this broker): TRANSACTION_ABORTABLE (INVALID_TXN_STATE
+// before v11), INVALID_PRODUCER_EPOCH for an old epoch, NOT_ENOUGH_REPLICAS (retriable)
+// while the transaction is ending. So a late retry cannot land after its transaction's
+// marker. From v12 (a transaction.version 2 client, KIP-890 part 2) the leader adds the
+// partitions to the transaction itself before appending, as AddPartitionsToTxn would; the
+// coordinator's errors map the same way, and one that is not reachable here (loading, or on
+// another node) is NOT_ENOUGH_REPLICAS, which the client retries.
+#include <map>
 #include <memory>
+#include <optional>
+#include <utility>
 
 #include "brokerd/handlers/handler.h"
 #include "brokerd/handlers/wait.h"
@@ -38,6 +45,7 @@ constexpr size_t kProducerIdOffset = 43;
 constexpr size_t kProducerEpochOffset = 51;
 constexpr uint8_t kTransactionalBit = 0x10;
 constexpr int16_t kFirstTransactionAbortableVersion = 11;
+constexpr int16_t kFirstImplicitAddVersion = 12;
 
 bool IsTransactional(std::span<const uint8_t> batch) {
   return batch.size() >= record::kBatchHeaderSize &&
@@ -49,14 +57,30 @@ bool IsTransactional(std::span<const uint8_t> batch) {
 // through, as before verification existed.
 ErrorCode VerifyTransactional(BrokerContext& broker, const std::string& transactional_id,
                               const std::string& topic, int32_t partition,
-                              std::span<const uint8_t> batch, int16_t version) {
+                              const txn::ProducerIdAndEpoch& producer, int16_t version) {
   txn::TxnCoordinator::Route route = broker.txns.RouteId(transactional_id);
   if (route.error != ErrorCode::kNone) return ErrorCode::kNone;
-  const auto producer_id = static_cast<int64_t>(LoadBigEndian64(batch.data() + kProducerIdOffset));
-  const auto epoch = static_cast<int16_t>(LoadBigEndian16(batch.data() + kProducerEpochOffset));
-  return txn::VerificationError(
-      route.shard->Verify(transactional_id, producer_id, epoch, {topic, partition}),
-      version >= kFirstTransactionAbortableVersion);
+  return txn::VerificationError(route.shard->Verify(transactional_id, producer.producer_id,
+                                                    producer.producer_epoch, {topic, partition}),
+                                version >= kFirstTransactionAbortableVersion);
+}
+
+// What a v12+ batch is answered when adding its partition to the transaction failed:
+// verification's mapping, and the coordinator moving or loading is retriable.
+ErrorCode AddError(ErrorCode error) {
+  switch (error) {
+    case ErrorCode::kNotCoordinator:
+    case ErrorCode::kCoordinatorLoadInProgress:
+    case ErrorCode::kCoordinatorNotAvailable:
+      return ErrorCode::kNotEnoughReplicas;
+    default:
+      return txn::VerificationError(error, /*abortable_known=*/true);
+  }
+}
+
+txn::ProducerIdAndEpoch BatchProducer(std::span<const uint8_t> batch) {
+  return {static_cast<int64_t>(LoadBigEndian64(batch.data() + kProducerIdOffset)),
+          static_cast<int16_t>(LoadBigEndian16(batch.data() + kProducerEpochOffset))};
 }
 
 // Kafka's request-level rules for the records of one partition (v3+): exactly one batch,
@@ -127,6 +151,7 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
     ProduceResponse::PartitionProduceResponse* out;
     storage::AppendPartition append;
     std::span<const uint8_t> records;  // in ctx's frame, which outlives the Append calls below
+    std::optional<txn::ProducerIdAndEpoch> add_to_txn;  // v12+: added to the transaction first
   };
   std::vector<Work> work;
   bool transactional_without_id = false;
@@ -191,10 +216,14 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
         fail(check.code, std::move(check.message));
         continue;
       }
+      std::optional<txn::ProducerIdAndEpoch> add_to_txn;
       if (req.transactional_id.has_value() && IsTransactional(*records)) {
-        const ErrorCode verified = VerifyTransactional(broker, *req.transactional_id, topic.name,
-                                                       partition.index, *records, version);
-        if (verified != ErrorCode::kNone) {
+        if (version >= kFirstImplicitAddVersion) {
+          add_to_txn = BatchProducer(*records);
+        } else if (ErrorCode verified =
+                       VerifyTransactional(broker, *req.transactional_id, topic.name,
+                                           partition.index, BatchProducer(*records), version);
+                   verified != ErrorCode::kNone) {
           fail(verified, fmt::format("{}-{} is not in an ongoing transaction of producer id and "
                                      "epoch of the batch",
                                      topic.name, partition.index));
@@ -205,7 +234,7 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
       append.set_topic(topic.name);
       append.set_partition(partition.index);
       append.set_leader_epoch(p->leader_epoch);
-      work.push_back(Work{&out, std::move(append), *records});
+      work.push_back(Work{&out, std::move(append), *records, add_to_txn});
     }
   }
 
@@ -213,7 +242,7 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
   pending->respond = std::move(respond);
   pending->outstanding = static_cast<int>(work.size()) + 1;
   const auto timeout = std::chrono::milliseconds(std::max(req.timeout_ms, 1000));
-  for (Work& w : work) {
+  auto append = [&broker, pending, version, timeout](Work& w) {
     auto* out = w.out;
     broker.appends.Append(
         std::move(w.append), w.records, timeout,
@@ -240,6 +269,43 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
           pending->Done();
         },
         pending->ctx->placed);
+  };
+  // v12+: the partitions go into their transaction first, one AddPartitions per producer.
+  std::map<std::pair<int64_t, int16_t>, std::vector<Work>> adds;
+  for (Work& w : work) {
+    if (w.add_to_txn.has_value()) {
+      adds[{w.add_to_txn->producer_id, w.add_to_txn->producer_epoch}].push_back(std::move(w));
+    } else {
+      append(w);
+    }
+  }
+  for (auto& [producer, items] : adds) {
+    auto group = std::make_shared<std::vector<Work>>(std::move(items));
+    auto finish = [group, append, pending, version](ErrorCode error) {
+      for (Work& w : *group) {
+        if (error == ErrorCode::kNone) {
+          append(w);
+          continue;
+        }
+        w.out->error_code = error;
+        if (version >= 8) {
+          w.out->error_message =
+              fmt::format("{}-{} could not be added to the producer's transaction",
+                          w.append.topic(), w.append.partition());
+        }
+        pending->Done();
+      }
+    };
+    txn::TxnCoordinator::Route route = broker.txns.RouteId(*req.transactional_id);
+    if (route.error != ErrorCode::kNone) {
+      finish(AddError(route.error));
+      continue;
+    }
+    txn::TxnPartitions partitions;
+    for (const Work& w : *group) partitions.emplace(w.append.topic(), w.append.partition());
+    route.shard->AddPartitions(*req.transactional_id, producer.first, producer.second, partitions,
+                               txn::kTransactionVersion2,
+                               [finish](ErrorCode error) { finish(AddError(error)); });
   }
   pending->Done();
 }

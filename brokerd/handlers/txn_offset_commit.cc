@@ -17,7 +17,9 @@
 // as Kafka's transaction verification answers for a producer it does not know: its batch
 // would read back as a plain commit. When the transactional id's coordinator is this broker,
 // the group's partition must be in the producer's transaction (KIP-890 part 1, as Produce):
-// TRANSACTION_ABORTABLE from v4 (INVALID_TXN_STATE before), INVALID_PRODUCER_EPOCH.
+// TRANSACTION_ABORTABLE from v4 (INVALID_TXN_STATE before), INVALID_PRODUCER_EPOCH. From v5 (a
+// transaction.version 2 client, KIP-890 part 2) it is added to the transaction here instead
+// of by AddOffsetsToTxn; a coordinator not reachable here is NOT_ENOUGH_REPLICAS (retriable).
 #include "brokerd/group/coordinator.h"
 #include "brokerd/handlers/commit_topics.h"
 #include "brokerd/handlers/handler.h"
@@ -34,6 +36,7 @@ constexpr int16_t kFirstLoadInProgressVersion = 2;
 constexpr int16_t kFirstLeaderEpochVersion = 2;
 constexpr int16_t kFirstTopicIdVersion = 6;
 constexpr int16_t kFirstTransactionAbortableVersion = 4;
+constexpr int16_t kFirstImplicitAddVersion = 5;
 
 // Kafka's validateTransactionalOffsetCommit: 0 or the group-level error.
 ErrorCode ValidateCommitter(group::GroupSlot* slot, const TxnOffsetCommitRequest& req,
@@ -54,69 +57,114 @@ ErrorCode ValidateCommitter(group::GroupSlot* slot, const TxnOffsetCommitRequest
   return error == ErrorCode::kStaleMemberEpoch ? ErrorCode::kIllegalGeneration : error;
 }
 
-}  // namespace
-
-void HandleTxnOffsetCommit(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
-                           Respond respond) {
-  TxnOffsetCommitRequest req;
-  if (!DecodeRequest(*ctx, &req)) return respond(Response::Close());
+// The commit once the group's partition is known to be in the transaction: the committer's
+// checks, then the write.
+void CommitChecked(BrokerContext& broker, const TxnOffsetCommitRequest& req,
+                   const std::vector<CommitItem>& valid,
+                   const std::shared_ptr<TxnOffsetCommitResponse>& resp,
+                   const std::shared_ptr<RequestContext>& ctx, const Respond& respond) {
   const int16_t version = ctx->header.api_version;
-
-  auto resp = std::make_shared<TxnOffsetCommitResponse>();
-  using Item = CommitItem;
-  const std::vector<Item> valid = CheckCommitTopics(
-      broker.metadata, version >= kFirstTopicIdVersion, req.topics, &resp->topics);
-  auto set_all = [&resp, &valid, version](ErrorCode error) {
+  auto set_all = [&resp, &valid, &ctx, &respond, version](ErrorCode error) {
     if (error == ErrorCode::kCoordinatorLoadInProgress && version < kFirstLoadInProgressVersion) {
       error = ErrorCode::kCoordinatorNotAvailable;
     }
-    for (const Item& it : valid) resp->topics[it.topic].partitions[it.partition].error_code = error;
-  };
-  if (valid.empty()) return respond(EncodeResponse(*ctx, *resp));
-
-  group::Coordinator::Route route = broker.groups.RouteGroup(req.group_id);
-  if (route.error != ErrorCode::kNone) {
-    set_all(route.error);
-    return respond(EncodeResponse(*ctx, *resp));
-  }
-  group::Shard& shard = *route.shard;
-  if (req.producer_id.value() < 0 || req.producer_epoch < 0) {
-    set_all(ErrorCode::kInvalidProducerIdMapping);
-    return respond(EncodeResponse(*ctx, *resp));
-  }
-  // KIP-890 part 1, as for Produce: the group's partition must be in the producer's
-  // transaction (AddOffsetsToTxn), when the id's coordinator is this broker.
-  if (txn::TxnCoordinator::Route txn_route = broker.txns.RouteId(req.transactional_id);
-      txn_route.error == ErrorCode::kNone) {
-    const ErrorCode error = txn::VerificationError(
-        txn_route.shard->Verify(req.transactional_id, req.producer_id.value(), req.producer_epoch,
-                                {std::string(group::kOffsetsTopic), shard.partition()}),
-        version >= kFirstTransactionAbortableVersion);
-    if (error != ErrorCode::kNone) {
-      set_all(error);
-      return respond(EncodeResponse(*ctx, *resp));
+    for (const CommitItem& it : valid) {
+      resp->topics[it.topic].partitions[it.partition].error_code = error;
     }
-  }
+    respond(EncodeResponse(*ctx, *resp));
+  };
+  // Routed again: a v5+ commit gets here after the transaction's write.
+  group::Coordinator::Route route = broker.groups.RouteGroup(req.group_id);
+  if (route.error != ErrorCode::kNone) return set_all(route.error);
+  group::Shard& shard = *route.shard;
   if (ErrorCode error = ValidateCommitter(shard.Find(req.group_id), req, version);
       error != ErrorCode::kNone) {
-    set_all(error);
-    return respond(EncodeResponse(*ctx, *resp));
+    return set_all(error);
   }
-
-  std::vector<Item> written;
+  std::vector<CommitItem> written;
   std::vector<group::Shard::Commit> commits =
       CommitsOf(valid, req.topics, resp->topics, shard, version >= kFirstLeaderEpochVersion,
                 shard.NowMs(), /*expire_at=*/-1, &written);
   if (commits.empty()) return respond(EncodeResponse(*ctx, *resp));
-
-  std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);
   shard.CommitTxnOffsets(req.group_id, req.producer_id.value(), req.producer_epoch,
-                         std::move(commits), [resp, written, shared_ctx, respond](ErrorCode error) {
-                           for (const Item& it : written) {
+                         std::move(commits), [resp, written, ctx, respond](ErrorCode error) {
+                           for (const CommitItem& it : written) {
                              resp->topics[it.topic].partitions[it.partition].error_code = error;
                            }
-                           respond(EncodeResponse(*shared_ctx, *resp));
+                           respond(EncodeResponse(*ctx, *resp));
                          });
+}
+
+}  // namespace
+
+void HandleTxnOffsetCommit(BrokerContext& broker, std::unique_ptr<RequestContext> ctx,
+                           Respond respond) {
+  auto req = std::make_shared<TxnOffsetCommitRequest>();
+  if (!DecodeRequest(*ctx, req.get())) return respond(Response::Close());
+  const int16_t version = ctx->header.api_version;
+
+  auto resp = std::make_shared<TxnOffsetCommitResponse>();
+  const std::vector<CommitItem> valid = CheckCommitTopics(
+      broker.metadata, version >= kFirstTopicIdVersion, req->topics, &resp->topics);
+  auto set_all = [&resp, &valid, &ctx, &respond, version](ErrorCode error) {
+    if (error == ErrorCode::kCoordinatorLoadInProgress && version < kFirstLoadInProgressVersion) {
+      error = ErrorCode::kCoordinatorNotAvailable;
+    }
+    for (const CommitItem& it : valid) {
+      resp->topics[it.topic].partitions[it.partition].error_code = error;
+    }
+    respond(EncodeResponse(*ctx, *resp));
+  };
+  if (valid.empty()) return respond(EncodeResponse(*ctx, *resp));
+
+  group::Coordinator::Route route = broker.groups.RouteGroup(req->group_id);
+  if (route.error != ErrorCode::kNone) return set_all(route.error);
+  if (req->producer_id.value() < 0 || req->producer_epoch < 0) {
+    return set_all(ErrorCode::kInvalidProducerIdMapping);
+  }
+  const txn::TxnPartition offsets_partition{std::string(group::kOffsetsTopic),
+                                            route.shard->partition()};
+  txn::TxnCoordinator::Route txn_route = broker.txns.RouteId(req->transactional_id);
+  std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);
+  if (version >= kFirstImplicitAddVersion) {
+    // KIP-890 part 2: the group's partition joins the transaction here (no AddOffsetsToTxn).
+    auto fail = [resp, valid, shared_ctx, respond](ErrorCode error) {
+      for (const CommitItem& it : valid) {
+        resp->topics[it.topic].partitions[it.partition].error_code = error;
+      }
+      respond(EncodeResponse(*shared_ctx, *resp));
+    };
+    if (txn_route.error != ErrorCode::kNone) return fail(ErrorCode::kNotEnoughReplicas);
+    return txn_route.shard->AddPartitions(
+        req->transactional_id, req->producer_id.value(), req->producer_epoch, {offsets_partition},
+        txn::kTransactionVersion2,
+        [&broker, req, valid, resp, shared_ctx, respond, fail](ErrorCode error) {
+          switch (error) {
+            case ErrorCode::kNone:
+              return CommitChecked(broker, *req, valid, resp, shared_ctx, respond);
+            case ErrorCode::kNotCoordinator:
+            case ErrorCode::kCoordinatorLoadInProgress:
+              return fail(ErrorCode::kNotEnoughReplicas);
+            default:
+              return fail(txn::VerificationError(error, /*abortable_known=*/true));
+          }
+        });
+  }
+  // KIP-890 part 1, as for Produce: the group's partition must be in the producer's
+  // transaction (AddOffsetsToTxn), when the id's coordinator is this broker.
+  if (txn_route.error == ErrorCode::kNone) {
+    const ErrorCode error = txn::VerificationError(
+        txn_route.shard->Verify(req->transactional_id, req->producer_id.value(),
+                                req->producer_epoch, offsets_partition),
+        version >= kFirstTransactionAbortableVersion);
+    if (error != ErrorCode::kNone) {
+      for (const CommitItem& it : valid) {
+        resp->topics[it.topic].partitions[it.partition].error_code = error;
+      }
+      return respond(EncodeResponse(*shared_ctx, *resp));
+    }
+  }
+  CommitChecked(broker, *req, valid, resp, shared_ctx, respond);
 }
 
 }  // namespace runnel::brokerd

@@ -208,7 +208,9 @@ void TxnShard::InitWith(const std::string& id, int32_t timeout_ms,
         "epoch {}",
         id, producer_id, epoch - 1);
     return EndTxnInternal(
-        id, producer_id, epoch, /*commit=*/false, /*from_client=*/false, [done](ErrorCode error) {
+        id, producer_id, epoch, /*commit=*/false, /*from_client=*/false,
+        e->meta.client_transaction_version, kNoProducerId,
+        [done](ErrorCode error, int64_t, int16_t) {
           done(error == ErrorCode::kNone ? ErrorCode::kConcurrentTransactions : error,
                kNoProducerId, kNoProducerEpoch);
         });
@@ -224,11 +226,12 @@ void TxnShard::InitWith(const std::string& id, int32_t timeout_ms,
 // ---- AddPartitionsToTxn / AddOffsetsToTxn ----------------------------------------------------
 
 void TxnShard::AddPartitions(const std::string& id, int64_t producer_id, int16_t producer_epoch,
-                             const TxnPartitions& partitions, const Done& done) {
+                             const TxnPartitions& partitions, int16_t client_transaction_version,
+                             const Done& done) {
   Entry* e = Find(id);
   if (e == nullptr) return done(ErrorCode::kInvalidProducerIdMapping);
   Transition t = PrepareAddPartitions(e->meta, e->pending.has_value(), producer_id, producer_epoch,
-                                      partitions, NowMs());
+                                      partitions, client_transaction_version, NowMs());
   if (t.error != ErrorCode::kNone || !t.target.has_value()) return done(t.error);
   WriteTransition(id, std::move(*t.target), done);
 }
@@ -243,32 +246,65 @@ ErrorCode TxnShard::Verify(const std::string& id, int64_t producer_id, int16_t p
 // ---- EndTxn and the markers -----------------------------------------------------------------
 
 void TxnShard::EndTxn(const std::string& id, int64_t producer_id, int16_t producer_epoch,
-                      bool commit, const Done& done) {
-  EndTxnInternal(id, producer_id, producer_epoch, commit, /*from_client=*/true, done);
+                      bool commit, int16_t client_transaction_version, const EndDone& done) {
+  EndTxnInternal(id, producer_id, producer_epoch, commit, /*from_client=*/true,
+                 client_transaction_version, kNoProducerId, done);
 }
 
 void TxnShard::EndTxnInternal(const std::string& id, int64_t producer_id, int16_t producer_epoch,
-                              bool commit, bool from_client, const Done& done) {
+                              bool commit, bool from_client, int16_t client_transaction_version,
+                              int64_t new_producer_id, const EndDone& done) {
   Entry* e = Find(id);
-  if (e == nullptr) return done(ErrorCode::kInvalidProducerIdMapping);
+  if (e == nullptr) return done(ErrorCode::kInvalidProducerIdMapping, kNoProducerId, -1);
   // Only the coordinator's own abort carries out a pending fence; a client meets it as any
   // pending transition.
   const bool fence =
       !from_client && e->pending.has_value() && e->pending->state == TxnState::kPrepareEpochFence;
-  Transition t = PrepareEndTxn(e->meta, e->pending.has_value(), fence, producer_id, producer_epoch,
-                               commit, from_client, NowMs());
+  const bool v2 = client_transaction_version >= kTransactionVersion2;
+  if (v2 && new_producer_id == kNoProducerId && NeedsNewProducerIdAtEnd(e->meta) &&
+      (fence || !e->pending.has_value())) {
+    // The end moves an exhausted epoch to a new producer id: get it first.
+    std::weak_ptr<bool> alive = alive_;
+    broker_.producer_ids.Next([this, alive, id, producer_id, producer_epoch, commit, from_client,
+                               client_transaction_version, done](ErrorCode error, int64_t next) {
+      if (alive.expired()) return done(ErrorCode::kNotCoordinator, kNoProducerId, -1);
+      if (error != ErrorCode::kNone) return done(error, kNoProducerId, kNoProducerEpoch);
+      EndTxnInternal(id, producer_id, producer_epoch, commit, from_client,
+                     client_transaction_version, next, done);
+    });
+    return;
+  }
+  Transition t = v2 ? PrepareEndTxnV2(e->meta, e->pending.has_value(), fence, producer_id,
+                                      producer_epoch, commit, from_client, new_producer_id, NowMs())
+                    : PrepareEndTxn(e->meta, e->pending.has_value(), fence, producer_id,
+                                    producer_epoch, commit, from_client, NowMs());
   if (t.error != ErrorCode::kNone || !t.target.has_value()) {
     if (fence) e->pending.reset();
-    return done(t.error);
+    if (t.error == ErrorCode::kNone) {
+      // A retry of the end already made: the id and epoch the producer goes on with.
+      return done(t.error, e->meta.producer_id, e->meta.producer_epoch);
+    }
+    return done(t.error, kNoProducerId, kNoProducerEpoch);
   }
+  // What the producer continues with once this end completes (v2: the bumped epoch, or
+  // the rotated id at epoch 0).
+  const TxnMetadata after = PrepareComplete(*t.target, NowMs());
   std::weak_ptr<bool> alive = alive_;
-  WriteTransition(id, std::move(*t.target), [this, alive, id, done](ErrorCode error) {
-    // The client hears of the transaction's end once its Prepare state is stored; the
-    // markers follow.
-    done(error);
-    if (error != ErrorCode::kNone || alive.expired() || state_ != State::kActive) return;
-    if (Entry* e = Find(id)) SendMarkers(id, e->meta.partitions, 0);
-  });
+  WriteTransition(id, std::move(*t.target),
+                  [this, alive, id, done, producer_id = after.producer_id,
+                   epoch = after.producer_epoch](ErrorCode error) {
+                    // The client hears of the transaction's end once its Prepare state is
+                    // stored; the markers follow.
+                    if (error != ErrorCode::kNone) {
+                      done(error, kNoProducerId, kNoProducerEpoch);
+                    } else {
+                      done(error, producer_id, epoch);
+                    }
+                    if (error != ErrorCode::kNone || alive.expired() || state_ != State::kActive) {
+                      return;
+                    }
+                    if (Entry* e = Find(id)) SendMarkers(id, e->meta.partitions, 0);
+                  });
 }
 
 void TxnShard::SendMarkers(const std::string& id, const TxnPartitions& remaining, int attempt) {
@@ -280,8 +316,11 @@ void TxnShard::SendMarkers(const std::string& id, const TxnPartitions& remaining
   std::vector<TxnMarker> markers;
   markers.reserve(remaining.size());
   for (const auto& [topic, partition] : remaining) {
-    markers.push_back(TxnMarker{topic, partition, m.producer_id, m.producer_epoch,
-                                m.state == TxnState::kPrepareCommit, leader_epoch()});
+    // Under transaction.version 2 the marker's epoch is the bumped one, above the data's.
+    markers.push_back(TxnMarker{
+        topic, partition, m.producer_id, m.producer_epoch, m.state == TxnState::kPrepareCommit,
+        leader_epoch(),
+        static_cast<int8_t>(m.client_transaction_version >= kTransactionVersion2 ? 2 : 0)});
   }
   std::weak_ptr<bool> alive = alive_;
   coordinator_.markers().Write(
@@ -360,7 +399,8 @@ void TxnShard::AbortTimedOut() {
         "its timeout ({} ms)",
         id, producer_id, e->meta.timeout_ms);
     EndTxnInternal(id, producer_id, epoch, /*commit=*/false, /*from_client=*/false,
-                   [id](ErrorCode error) {
+                   e->meta.client_transaction_version, kNoProducerId,
+                   [id](ErrorCode error, int64_t, int16_t) {
                      if (error != ErrorCode::kNone) {
                        kLog()->warn(
                            "transactional id {}: aborting the timed out transaction "

@@ -75,6 +75,8 @@ class TxnShard {
   enum class State { kLoading, kActive, kUnloaded };
   using InitDone = std::function<void(ErrorCode, int64_t producer_id, int16_t producer_epoch)>;
   using Done = std::function<void(ErrorCode)>;
+  // The id and epoch the producer continues with (EndTxn v5+); -1, -1 on an error.
+  using EndDone = std::function<void(ErrorCode, int64_t producer_id, int16_t producer_epoch)>;
 
   TxnShard(TxnCoordinator& coordinator, BrokerContext& broker, int32_t partition,
            int32_t leader_epoch);
@@ -90,12 +92,15 @@ class TxnShard {
 
   void InitProducerId(const std::string& id, int32_t timeout_ms,
                       std::optional<ProducerIdAndEpoch> expected, const InitDone& done);
+  // `client_transaction_version`: see PrepareAddPartitions.
   void AddPartitions(const std::string& id, int64_t producer_id, int16_t producer_epoch,
-                     const TxnPartitions& partitions, const Done& done);
+                     const TxnPartitions& partitions, int16_t client_transaction_version,
+                     const Done& done);
   ErrorCode Verify(const std::string& id, int64_t producer_id, int16_t producer_epoch,
                    const TxnPartition& partition) const;
+  // `client_transaction_version` 2 (EndTxn v5+): PrepareEndTxnV2's rules, else PrepareEndTxn's.
   void EndTxn(const std::string& id, int64_t producer_id, int16_t producer_epoch, bool commit,
-              const Done& done);
+              int16_t client_transaction_version, const EndDone& done);
 
   std::optional<TxnView> Describe(const std::string& id) const;
   std::vector<TxnView> List() const;
@@ -120,8 +125,11 @@ class TxnShard {
   void InitWith(const std::string& id, int32_t timeout_ms,
                 std::optional<ProducerIdAndEpoch> expected, int64_t new_producer_id,
                 const InitDone& done);
+  // The coordinator's own aborts (`from_client` false) follow the version the transaction
+  // was begun with. `new_producer_id`: one got for an exhausted epoch (v2), else -1.
   void EndTxnInternal(const std::string& id, int64_t producer_id, int16_t producer_epoch,
-                      bool commit, bool from_client, const Done& done);
+                      bool commit, bool from_client, int16_t client_transaction_version,
+                      int64_t new_producer_id, const EndDone& done);
   // Writes the markers of `id`'s PrepareCommit/PrepareAbort, then its completion.
   void SendMarkers(const std::string& id, const TxnPartitions& remaining, int attempt);
   void WriteCompletion(const std::string& id, int attempt);

@@ -128,7 +128,7 @@ Transition PrepareInitProducerId(const TxnMetadata& m, bool pending, int32_t tim
 
 Transition PrepareAddPartitions(const TxnMetadata& m, bool pending, int64_t producer_id,
                                 int16_t producer_epoch, const TxnPartitions& partitions,
-                                int64_t now_ms) {
+                                int16_t client_transaction_version, int64_t now_ms) {
   if (m.producer_id != producer_id) return {ErrorCode::kInvalidProducerIdMapping, std::nullopt};
   if (m.producer_epoch != producer_epoch) return {ErrorCode::kProducerFenced, std::nullopt};
   if (pending) return {ErrorCode::kConcurrentTransactions, std::nullopt};
@@ -155,6 +155,7 @@ Transition PrepareAddPartitions(const TxnMetadata& m, bool pending, int64_t prod
     t.partitions.clear();
   }
   t.partitions.insert(partitions.begin(), partitions.end());
+  t.client_transaction_version = client_transaction_version;
   return {ErrorCode::kNone, std::move(t)};
 }
 
@@ -206,11 +207,90 @@ Transition PrepareEndTxn(const TxnMetadata& m, bool pending, bool pending_fence,
   return {ErrorCode::kInvalidTxnState, std::nullopt};
 }
 
+bool NeedsNewProducerIdAtEnd(const TxnMetadata& m) { return EpochExhausted(m.producer_epoch); }
+
+Transition PrepareEndTxnV2(const TxnMetadata& m, bool pending, bool pending_fence,
+                           int64_t producer_id, int16_t producer_epoch, bool commit,
+                           bool from_client, int64_t new_producer_id, int64_t now_ms) {
+  // A retry of an end whose answer was lost: the stored end already bumped the epoch, or
+  // rotated the id (the last epoch of the old id, 32766, became epoch 0 of the new one).
+  const bool retry_after_bump =
+      !pending_fence && producer_id == m.producer_id && m.producer_epoch == producer_epoch + 1;
+  const bool retry_after_rotation = !pending_fence && producer_id == m.previous_producer_id &&
+                                    producer_epoch == INT16_MAX - 1 && m.producer_epoch == 0;
+  const bool retry = retry_after_bump || retry_after_rotation;
+  bool valid_epoch = false;
+  if (pending_fence) {
+    valid_epoch =
+        (!from_client || producer_epoch == m.producer_epoch) && producer_epoch >= m.producer_epoch;
+  } else if (m.state == TxnState::kPrepareCommit || m.state == TxnState::kPrepareAbort) {
+    valid_epoch = retry_after_bump;
+  } else if (m.state == TxnState::kCompleteCommit || m.state == TxnState::kCompleteAbort) {
+    valid_epoch = retry || producer_epoch == m.producer_epoch;
+  } else {
+    valid_epoch = producer_epoch == m.producer_epoch;
+  }
+  if (pending && !pending_fence) return {ErrorCode::kConcurrentTransactions, std::nullopt};
+  if (m.producer_id != producer_id && !retry_after_rotation) {
+    return {ErrorCode::kInvalidProducerIdMapping, std::nullopt};
+  }
+  if (!valid_epoch) return {ErrorCode::kProducerFenced, std::nullopt};
+
+  // The end to write: Prepare* at epoch + 1 (an epoch already at the maximum is only ever
+  // aborted, and then kept), with the rotated id when the epoch is exhausted.
+  auto prepare = [&](TxnState state, bool no_partitions) -> Transition {
+    TxnMetadata t = To(m, state, now_ms);
+    if (!(m.producer_epoch == INT16_MAX && state == TxnState::kPrepareAbort)) {
+      t.producer_epoch = static_cast<int16_t>(m.producer_epoch + 1);
+    }
+    t.last_producer_epoch = m.producer_epoch;
+    t.next_producer_id = NeedsNewProducerIdAtEnd(m) ? new_producer_id : kNoProducerId;
+    t.client_transaction_version = kTransactionVersion2;
+    if (no_partitions) {
+      // An abort with nothing added: its start is now, as Kafka records it.
+      t.partitions.clear();
+      t.start_timestamp_ms = now_ms;
+    }
+    return {ErrorCode::kNone, std::move(t)};
+  };
+  switch (m.state) {
+    case TxnState::kOngoing:
+      return prepare(commit ? TxnState::kPrepareCommit : TxnState::kPrepareAbort, false);
+    case TxnState::kCompleteCommit:
+      if (commit) return {retry ? ErrorCode::kNone : ErrorCode::kInvalidTxnState, std::nullopt};
+      if (retry) return {ErrorCode::kInvalidTxnState, std::nullopt};
+      return prepare(TxnState::kPrepareAbort, true);
+    case TxnState::kCompleteAbort:
+      if (commit) return {ErrorCode::kInvalidTxnState, std::nullopt};
+      if (retry) return {ErrorCode::kNone, std::nullopt};
+      return prepare(TxnState::kPrepareAbort, true);
+    case TxnState::kEmpty:
+      if (commit) return {ErrorCode::kInvalidTxnState, std::nullopt};
+      return prepare(TxnState::kPrepareAbort, true);
+    case TxnState::kPrepareCommit:
+      return {commit ? ErrorCode::kConcurrentTransactions : ErrorCode::kInvalidTxnState,
+              std::nullopt};
+    case TxnState::kPrepareAbort:
+      return {commit ? ErrorCode::kInvalidTxnState : ErrorCode::kConcurrentTransactions,
+              std::nullopt};
+    case TxnState::kDead:
+    case TxnState::kPrepareEpochFence:
+      return {ErrorCode::kConcurrentTransactions, std::nullopt};
+  }
+  return {ErrorCode::kInvalidTxnState, std::nullopt};
+}
+
 TxnMetadata PrepareComplete(const TxnMetadata& m, int64_t now_ms) {
   TxnMetadata t = To(
       m, m.state == TxnState::kPrepareCommit ? TxnState::kCompleteCommit : TxnState::kCompleteAbort,
       now_ms);
   t.partitions.clear();
+  if (m.client_transaction_version >= kTransactionVersion2 && m.next_producer_id != kNoProducerId) {
+    t.previous_producer_id = m.producer_id;
+    t.producer_id = m.next_producer_id;
+    t.producer_epoch = 0;
+  }
+  t.next_producer_id = kNoProducerId;
   return t;
 }
 

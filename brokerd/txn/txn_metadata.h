@@ -17,7 +17,8 @@
 //
 // The record: key = int16 0 then TransactionLogKey v0 {transactional id}; value = int16
 // version then TransactionLogValue at that version (common/protocol/schema/transaction/): we
-// write v0 (v1, flexible, is what a transaction.version 2 client's state is written with);
+// write v0, and v1 (flexible, with the client's transaction version and the next producer id
+// in tagged fields) for the state of a transaction.version 2 client;
 // a null value is the id's tombstone. The partitions are null in Empty records, as Kafka
 // writes them. The last epoch of a producer (for retried epoch bumps) is not in the record,
 // as in Kafka: after a load it is unknown.
@@ -84,6 +85,9 @@ struct TxnMetadata {
 // Kafka's rule: an epoch this high cannot be bumped again; the producer gets a new id.
 inline bool EpochExhausted(int16_t epoch) { return epoch >= INT16_MAX - 1; }
 
+// The transaction.version from which every transaction's end bumps the epoch (KIP-890 part 2).
+inline constexpr int16_t kTransactionVersion2 = 2;
+
 // What a request makes of a transactional id: an error (no change), nothing to write
 // (error NONE, no target: the request is already satisfied), or a target state to write.
 struct Transition {
@@ -118,9 +122,12 @@ TxnMetadata NewTxnMetadata(std::string transactional_id, int64_t producer_id, in
 // another epoch PRODUCER_FENCED, a pending transition or a transaction ending
 // CONCURRENT_TRANSACTIONS; partitions already in the ongoing transaction need no write;
 // otherwise target Ongoing with them added (a new transaction starts now).
+// `client_transaction_version`: 2 when the partitions come from a transaction.version 2
+// client (Produce v12+, TxnOffsetCommit v5+, AddPartitionsToTxn v4+ adding), else 0; kept
+// in the Ongoing state (its end follows that version's rules when the coordinator aborts it).
 Transition PrepareAddPartitions(const TxnMetadata& m, bool pending, int64_t producer_id,
                                 int16_t producer_epoch, const TxnPartitions& partitions,
-                                int64_t now_ms);
+                                int16_t client_transaction_version, int64_t now_ms);
 // AddPartitionsToTxn v4+ verify-only (KIP-890), Kafka's rule: another producer id
 // INVALID_PRODUCER_ID_MAPPING, another epoch PRODUCER_FENCED, a transaction ending
 // CONCURRENT_TRANSACTIONS; then NONE when the partition is in the transaction, else
@@ -136,8 +143,31 @@ ErrorCode VerifyPartition(const TxnMetadata& m, int64_t producer_id, int16_t pro
 Transition PrepareEndTxn(const TxnMetadata& m, bool pending, bool pending_fence,
                          int64_t producer_id, int16_t producer_epoch, bool commit, bool from_client,
                          int64_t now_ms);
+
+// EndTxn under transaction.version 2 (KIP-890 part 2: EndTxn v5+, and the coordinator's own
+// aborts of a transaction a v2 client began). Every end bumps the epoch: the Prepare state,
+// its markers and the next transaction carry epoch + 1, which the client learns from the
+// answer. Kafka's rules:
+//  - a pending transition other than the fence: CONCURRENT_TRANSACTIONS;
+//  - another producer id (unless a retry across a rotation): INVALID_PRODUCER_ID_MAPPING;
+//  - the epoch must be the current one, or, once the end is stored (Prepare or Complete),
+//    the one before it (a retry); else PRODUCER_FENCED;
+//  - Ongoing: PrepareCommit or PrepareAbort at epoch + 1;
+//  - a retry of the end already made: NONE with no target (the caller answers the current id
+//    and epoch); the other end after it: INVALID_TXN_STATE;
+//  - an abort with no transaction (Empty, or completed and not a retry): PrepareAbort with no
+//    partitions, which bumps the epoch all the same; a commit with none: INVALID_TXN_STATE.
+// An exhausted epoch (EpochExhausted) takes `new_producer_id` into next_producer_id: the
+// completion moves the id to it at epoch 0 (NeedsNewProducerIdAtEnd says when the caller must
+// get one).
+Transition PrepareEndTxnV2(const TxnMetadata& m, bool pending, bool pending_fence,
+                           int64_t producer_id, int16_t producer_epoch, bool commit,
+                           bool from_client, int64_t new_producer_id, int64_t now_ms);
+bool NeedsNewProducerIdAtEnd(const TxnMetadata& m);
+
 // The state after a PrepareCommit/PrepareAbort's markers are all written: CompleteCommit or
-// CompleteAbort with no partitions.
+// CompleteAbort with no partitions; under transaction.version 2 a rotated producer id
+// (next_producer_id) becomes the id, at epoch 0.
 TxnMetadata PrepareComplete(const TxnMetadata& m, int64_t now_ms);
 
 // PRODUCER_FENCED as a request `version` may carry it (KIP-588): versions before

@@ -239,6 +239,12 @@ std::vector<KeyDef> Declare() {
        "INVALID_TRANSACTION_TIMEOUT."},
       {"transactional.id.expiration.ms", KeyType::kInt, "604800000", 1, INT32_MAX,
        "A transactional id with no transaction is forgotten this long after its last update."},
+      {"runnel.bootstrap.transaction.version", KeyType::kInt, "2", 0, 2,
+       "The transaction.version feature level a new cluster starts at (as Kafka's storage "
+       "format --feature transaction.version=N): 2 ends every transaction with an epoch bump "
+       "(KIP-890 part 2: EndTxn v5, Produce v12 and TxnOffsetCommit v5 add partitions), 0 and "
+       "1 keep the classic protocol. Read once, when the controller quorum writes the "
+       "cluster's first records."},
       {"transaction.abort.timed.out.transaction.cleanup.interval.ms", KeyType::kInt, "10000", 1,
        INT32_MAX, "How often the coordinator aborts transactions open longer than their timeout."},
       {"transaction.remove.expired.transaction.cleanup.interval.ms", KeyType::kInt, "3600000", 1,

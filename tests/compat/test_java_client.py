@@ -71,7 +71,8 @@ class JavaClientTest(ClientTestCase):
 
     def test_transactions_commit_and_abort(self):
         """The Java client's transactional producer (FindCoordinator key type 1,
-        InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn) and what
+        InitProducerId, Produce v12 and TxnOffsetCommit v5 adding to the transaction, EndTxn
+        v5) and what
         its consumers read: read_committed sees the committed transactions only,
         read_uncommitted every record; the group's offsets are those of the last commit."""
         t = self.topic()
@@ -87,6 +88,10 @@ class JavaClientTest(ClientTestCase):
         # sendOffsetsToTransaction (AddOffsetsToTxn, TxnOffsetCommit): the offsets of the
         # committed transactions count, the aborted one's (2) never did.
         self.assertEqual(answer["group_offsets"], {f"{t}:0": 3})
+        # transaction.version 2, as a new Kafka 4.4 cluster runs: the Java producer sends no
+        # AddPartitionsToTxn / AddOffsetsToTxn, and each of the 3 ends bumped the epoch from
+        # InitProducerId's 0 (EndTxn v5).
+        self.assertEqual((answer["producer_epoch"], answer["state"]), (3, "CompleteCommit"))
 
     # ------------------------------------------------------------------ consumers
 

@@ -21,9 +21,11 @@ import unittest
 
 from harness import BIN_DIR, Node, wait_until
 from kafka_clients import read_seqs, seq_summary
-from kafka_wire import ApiWriter, Connection, record_batch
+from kafka_wire import ApiReader, ApiWriter, Connection, record_batch, uvarint
 
+PRODUCE = 0
 FIND_COORDINATOR = 10
+API_VERSIONS = 18
 INIT_PRODUCER_ID = 22
 ADD_PARTITIONS_TO_TXN = 24
 ADD_OFFSETS_TO_TXN = 25
@@ -194,19 +196,78 @@ def list_txns_once(conn, states, pattern):
     return error, unknown, listed
 
 
-def txn_offset_commit(conn, txn_id, group, producer_id, epoch, topic, partition, offset):
-    """The error of one partition's TxnOffsetCommit v3 (no member: generation -1)."""
+def txn_offset_commit(conn, txn_id, group, producer_id, epoch, topic, partition, offset,
+                      version=3):
+    """The error of one partition's TxnOffsetCommit v3-v5 (no member: generation -1)."""
     w = ApiWriter(True).string(txn_id).string(group).i64(producer_id).i16(epoch)
     w.i32(-1).string("").string(None)
     w.array([topic], lambda w, t: w.string(t).array(
         [partition], lambda w, p: w.i32(p).i64(offset).i32(-1).string(None).tags()).tags())
     w.tags()
-    r = conn.call(TXN_OFFSET_COMMIT, 3, w)
+    r = conn.call(TXN_OFFSET_COMMIT, version, w)
     r.i32()
     errors = []
     r.array(lambda r: (r.string(), r.array(lambda r: (r.i32(), errors.append(r.i16()), r.tags())),
                        r.tags()))
     return errors[0]
+
+
+def end_txn_v5(conn, txn_id, producer_id, epoch, commit):
+    """(error, producer id, epoch) of EndTxn v5 (transaction.version 2)."""
+    w = ApiWriter(True).string(txn_id).i64(producer_id).i16(epoch).i8(1 if commit else 0).tags()
+    r = conn.call(END_TXN, 5, w)
+    r.i32()
+    return r.i16(), r.i64(), r.i16()
+
+
+def produce_v12(conn, txn_id, topic, partition, batch):
+    """(error, base offset) of a Produce v12 (acks -1) of one batch to one partition."""
+    w = ApiWriter(True).string(txn_id).i16(-1).i32(10000)
+
+    def records(w, b):
+        w.buf += uvarint(len(b) + 1) + b
+    w.array([topic], lambda w, t: w.string(t).array(
+        [partition], lambda w, p: (w.i32(p), records(w, batch), w.tags())).tags())
+    w.tags()
+    r = conn.call(PRODUCE, 12, w)
+    out = []
+
+    def part(r):
+        index, error, base = r.i32(), r.i16(), r.i64()
+        r.i64()  # log append time
+        r.i64()  # log start offset
+        r.array(lambda r: (r.i32(), r.string(), r.tags()))
+        r.string()
+        r.tags()
+        out.append((index, error, base))
+    r.array(lambda r: (r.string(), r.array(part), r.tags()))
+    return out[0][1:]
+
+
+def transaction_version(conn):
+    """(supported (min, max), finalized level or None, features epoch) of transaction.version
+    in ApiVersions v3's tagged fields."""
+    body = ApiWriter(True).string("runnel-test").string("1.0").tags()
+    r = ApiReader(conn.request(API_VERSIONS, 3, body.buf, flexible=True), True)
+    assert r.i16() == NONE
+    r.array(lambda r: (r.i16(), r.i16(), r.i16(), r.tags()))
+    r.i32()
+    supported, finalized, epoch = None, None, -1
+    for _ in range(r.uvarint()):
+        tag, size = r.uvarint(), r.uvarint()
+        end = r.pos + size
+        if tag == 0:
+            for name, lo, hi in r.array(lambda r: (r.string(), r.i16(), r.i16(), r.tags())[:3]):
+                if name == "transaction.version":
+                    supported = (lo, hi)
+        elif tag == 1:
+            epoch = r.i64()
+        elif tag == 2:
+            for name, hi, lo in r.array(lambda r: (r.string(), r.i16(), r.i16(), r.tags())[:3]):
+                if name == "transaction.version":
+                    finalized = hi
+        r.pos = end
+    return supported, finalized, epoch
 
 
 def create_topic(bootstrap, name, partitions):
@@ -293,6 +354,57 @@ class TxnCoordinatorWireTest(unittest.TestCase):
         self.assertEqual(end_txn(conn, "wire-c", pid, epoch, commit=False), NONE)
         wait_until(lambda: list_txns(conn, pattern="wire-c")[2] == {"wire-c": "CompleteAbort"},
                    30, "the abort completed")
+
+    def test_transaction_version_2_bumps_the_epoch_at_every_end(self):
+        conn = self.connect("wire-v2")
+        # A new cluster runs transaction.version 2, as Kafka 4's; the Java producer reads it here.
+        supported, finalized, features_epoch = transaction_version(conn)
+        self.assertEqual((supported, finalized), ((0, 2), 2))
+        self.assertGreaterEqual(features_epoch, 0)
+        _, pid, epoch = init_txn(conn, "wire-v2")
+
+        def batch(seq, producer_epoch):
+            return record_batch([b"v2"], 1_700_000_000_000, attributes=0x10, producer_id=pid,
+                                producer_epoch=producer_epoch, base_sequence=seq)
+
+        # Produce v12 adds the partition itself (no AddPartitionsToTxn), TxnOffsetCommit v5
+        # the group's (no AddOffsetsToTxn).
+        self.assertEqual(produce_v12(conn, "wire-v2", "wire", 0, batch(0, epoch))[0], NONE)
+        conn.call(FIND_COORDINATOR, 3, ApiWriter(True).string("g-v2").i8(0).tags())
+        committed = []
+        wait_until(lambda: committed.append(txn_offset_commit(
+            conn, "wire-v2", "g-v2", pid, epoch, "wire", 0, 1, version=5)) or committed[-1] not in
+            (COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR), 30, "the group coordinator")
+        self.assertEqual(committed[-1], NONE)
+        state = describe_txns(conn, ["wire-v2"])["wire-v2"]
+        self.assertEqual(state[1], "Ongoing")
+        self.assertEqual(state[4]["wire"], [0])
+        self.assertIn("__consumer_offsets", state[4])
+
+        # EndTxn v5 answers the next epoch; the markers carry it.
+        self.assertEqual(end_txn_v5(conn, "wire-v2", pid, epoch, True), (NONE, pid, epoch + 1))
+        wait_until(lambda: describe_txns(conn, ["wire-v2"])["wire-v2"][1] == "CompleteCommit",
+                   30, "the commit completed")
+        # A retry of it (its answer lost) gets the same; the old epoch is fenced from now on.
+        self.assertEqual(end_txn_v5(conn, "wire-v2", pid, epoch, True), (NONE, pid, epoch + 1))
+        self.assertEqual(produce_v12(conn, "wire-v2", "wire", 0, batch(1, epoch))[0],
+                         INVALID_PRODUCER_EPOCH)
+        # The next transaction at the new epoch starts its sequences at 0, on another partition.
+        self.assertEqual(produce_v12(conn, "wire-v2", "wire", 1, batch(0, epoch + 1))[0], NONE)
+        self.assertEqual(end_txn_v5(conn, "wire-v2", pid, epoch + 1, False),
+                         (NONE, pid, epoch + 2))
+        wait_until(lambda: describe_txns(conn, ["wire-v2"])["wire-v2"][1] == "CompleteAbort",
+                   30, "the abort completed")
+        # An abort with nothing produced still ends a transaction and bumps; a commit is refused.
+        self.assertEqual(end_txn_v5(conn, "wire-v2", pid, epoch + 2, True)[0], INVALID_TXN_STATE)
+        self.assertEqual(end_txn_v5(conn, "wire-v2", pid, epoch + 2, False),
+                         (NONE, pid, epoch + 3))
+        wait_until(lambda: describe_txns(conn, ["wire-v2"])["wire-v2"][1] == "CompleteAbort",
+                   30, "the empty abort completed")
+        # Partition 0 again, after its COMMIT marker at epoch + 1: the new epoch starts at 0.
+        self.assertEqual(produce_v12(conn, "wire-v2", "wire", 0, batch(0, epoch + 3))[0], NONE)
+        self.assertEqual(end_txn_v5(conn, "wire-v2", pid, epoch + 3, True),
+                         (NONE, pid, epoch + 4))
 
     def test_produce_checks_the_transaction(self):
         conn = self.connect("wire-d")

@@ -272,7 +272,7 @@ public final class ClientCheck {
    *  with "group" sends offset t + 1 of partition 0 to the transaction for that group
    *  (sendOffsetsToTransaction); then the topic is read to its end by a read_committed and a
    *  read_uncommitted consumer. Answers the values each saw, in partition then offset order,
-   *  and the group's committed offsets. */
+   *  the producer's epoch and state (DescribeTransactions) and the group's committed offsets. */
   private ObjectNode transactions(JsonNode req) throws Exception {
     Map<String, String> d = new HashMap<>();
     d.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -333,6 +333,12 @@ public final class ClientCheck {
         byPartition.values().forEach(list -> list.forEach(values::add));
       }
     }
+    // The producer's epoch after its transactions: under transaction.version 2 every end
+    // bumps it (KIP-890 part 2), before it the epoch stays at InitProducerId's.
+    var described = get(admin().describeTransactions(List.of(req.path("transactional_id").asText()))
+        .description(req.path("transactional_id").asText()));
+    answer.put("producer_epoch", described.producerEpoch());
+    answer.put("state", described.state().toString());
     if (req.has("group")) {
       ObjectNode committed = answer.putObject("group_offsets");
       Map<TopicPartition, OffsetAndMetadata> offsets = get(

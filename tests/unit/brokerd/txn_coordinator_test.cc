@@ -128,26 +128,34 @@ class TxnShardTest : public RealStorageTest {
     return out;
   }
 
-  ErrorCode Add(const std::string& id, const Init& p, TxnPartitions partitions) {
+  ErrorCode Add(const std::string& id, const Init& p, TxnPartitions partitions,
+                int16_t client_version = 0) {
     ErrorCode error = ErrorCode::kUnknownServerError;
     Await([&](std::function<void()> finish) {
-      shard_->AddPartitions(id, p.producer_id, p.epoch, partitions, [&error, finish](ErrorCode e) {
-        error = e;
-        finish();
-      });
+      shard_->AddPartitions(id, p.producer_id, p.epoch, partitions, client_version,
+                            [&error, finish](ErrorCode e) {
+                              error = e;
+                              finish();
+                            });
     });
     return error;
   }
 
-  ErrorCode End(const std::string& id, const Init& p, bool commit) {
-    ErrorCode error = ErrorCode::kUnknownServerError;
+  // EndTxn as a client of `client_version`; the answer with the id and epoch to go on with.
+  Init EndV(const std::string& id, const Init& p, bool commit, int16_t client_version) {
+    Init out;
     Await([&](std::function<void()> finish) {
-      shard_->EndTxn(id, p.producer_id, p.epoch, commit, [&error, finish](ErrorCode e) {
-        error = e;
-        finish();
-      });
+      shard_->EndTxn(id, p.producer_id, p.epoch, commit, client_version,
+                     [&out, finish](ErrorCode e, int64_t pid, int16_t epoch) {
+                       out = {e, pid, epoch};
+                       finish();
+                     });
     });
-    return error;
+    return out;
+  }
+
+  ErrorCode End(const std::string& id, const Init& p, bool commit) {
+    return EndV(id, p, commit, /*client_version=*/0).error;
   }
 
   // The id's state as the shard holds it; Dead when it has none.
@@ -238,6 +246,67 @@ TEST_F(TxnShardTest, ATransactionCommitsInTwoPhasesAndSurvivesAReload) {
   EXPECT_EQ(again.producer_id, 5000);
   EXPECT_EQ(again.epoch, 1);
   EXPECT_EQ(markers().written.size(), 1u);  // loading a completed transaction writes nothing
+}
+
+TEST_F(TxnShardTest, V2EndsBumpTheEpochAndAnExhaustedOneMovesToANewProducerId) {
+  LoadShard();
+  Init p = InitId("tx");
+  ASSERT_EQ(p.error, ErrorCode::kNone);
+  ASSERT_EQ(Add("tx", p, {{"orders", 0}}, kTransactionVersion2), ErrorCode::kNone);
+  Init next = EndV("tx", p, /*commit=*/true, kTransactionVersion2);
+  ASSERT_EQ(next.error, ErrorCode::kNone);
+  EXPECT_EQ(next.producer_id, p.producer_id);
+  EXPECT_EQ(next.epoch, p.epoch + 1);
+  WaitFor("tx", TxnState::kCompleteCommit);
+  ASSERT_EQ(markers().written.size(), 1u);
+  EXPECT_EQ(markers().written[0].at(0).producer_epoch, p.epoch + 1);
+  EXPECT_EQ(markers().written[0].at(0).transaction_version, 2);
+  // The lost answer's retry gets the same id and epoch; the old epoch cannot start anew.
+  Init retry = EndV("tx", p, true, kTransactionVersion2);
+  EXPECT_EQ(retry.error, ErrorCode::kNone);
+  EXPECT_EQ(retry.epoch, next.epoch);
+  EXPECT_EQ(Add("tx", p, {{"orders", 0}}, kTransactionVersion2), ErrorCode::kProducerFenced);
+  // An abort with nothing added still ends a transaction (and bumps).
+  Init aborted = EndV("tx", next, false, kTransactionVersion2);
+  ASSERT_EQ(aborted.error, ErrorCode::kNone);
+  EXPECT_EQ(aborted.epoch, next.epoch + 1);
+  WaitFor("tx", TxnState::kCompleteAbort);
+  EXPECT_EQ(markers().written.size(), 1u);  // no partitions, no markers
+
+  // An epoch at the limit (a stored Ongoing state at 32766, as written by another shard):
+  // the end gets a new producer id, moves the id to it at epoch 0, and a reload agrees.
+  TxnMetadata limit = State("tx");
+  limit.state = TxnState::kOngoing;
+  limit.producer_epoch = INT16_MAX - 1;
+  limit.partitions = {{"orders", 1}};
+  limit.start_timestamp_ms = limit.last_update_timestamp_ms;
+  limit.client_transaction_version = kTransactionVersion2;
+  std::unique_ptr<InternalPartition> log;
+  Await([&](std::function<void()> finish) {
+    shard_.reset();
+    log = std::make_unique<InternalPartition>(wiring_->context, std::string(kTxnTopic), 0, 3);
+    log->Write({EncodeTxnRecord(limit)}, limit.last_update_timestamp_ms, std::chrono::seconds(10),
+               [finish](ErrorCode e) {
+                 EXPECT_EQ(e, ErrorCode::kNone);
+                 finish();
+               });
+  });
+  OnLoop([&] { log.reset(); });
+  LoadShard();
+  const Init at_limit{ErrorCode::kNone, limit.producer_id, INT16_MAX - 1};
+  Init rotated = EndV("tx", at_limit, true, kTransactionVersion2);
+  ASSERT_EQ(rotated.error, ErrorCode::kNone);
+  EXPECT_NE(rotated.producer_id, limit.producer_id);
+  EXPECT_GE(rotated.producer_id, 5000);
+  EXPECT_EQ(rotated.epoch, 0);
+  WaitFor("tx", TxnState::kCompleteCommit);
+  EXPECT_EQ(markers().written.back().at(0).producer_id, limit.producer_id);
+  EXPECT_EQ(markers().written.back().at(0).producer_epoch, INT16_MAX);
+  LoadShard();
+  TxnMetadata m = State("tx");
+  EXPECT_EQ(m.producer_id, rotated.producer_id);
+  EXPECT_EQ(m.producer_epoch, 0);
+  EXPECT_EQ(m.previous_producer_id, limit.producer_id);
 }
 
 TEST_F(TxnShardTest, FailedMarkersAreRetriedAndAPrepareStateLoadedIsCompleted) {

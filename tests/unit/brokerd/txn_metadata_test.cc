@@ -92,29 +92,29 @@ TEST(TxnMetadataTest, AnExhaustedEpochRotatesTheProducerId) {
 
 TEST(TxnMetadataTest, AddPartitionsStartsATransactionAndChecksTheProducer) {
   TxnMetadata m = Stored(TxnState::kCompleteCommit, 2);
-  Transition t = PrepareAddPartitions(m, false, 4000, 2, {{"a", 0}, {"b", 1}}, kNow);
+  Transition t = PrepareAddPartitions(m, false, 4000, 2, {{"a", 0}, {"b", 1}}, 0, kNow);
   ASSERT_EQ(t.error, ErrorCode::kNone);
   EXPECT_EQ(t.target->state, TxnState::kOngoing);
   EXPECT_EQ(t.target->start_timestamp_ms, kNow);
   EXPECT_EQ(t.target->partitions, (TxnPartitions{{"a", 0}, {"b", 1}}));
 
   // Partitions already in the ongoing transaction: nothing to write.
-  t = PrepareAddPartitions(*t.target, false, 4000, 2, {{"a", 0}}, kNow + 5);
+  t = PrepareAddPartitions(*t.target, false, 4000, 2, {{"a", 0}}, 0, kNow + 5);
   EXPECT_EQ(t.error, ErrorCode::kNone);
   EXPECT_FALSE(t.target.has_value());
   TxnMetadata ongoing = Stored(TxnState::kOngoing, 2, {{"a", 0}});
-  t = PrepareAddPartitions(ongoing, false, 4000, 2, {{"c", 3}}, kNow + 5);
+  t = PrepareAddPartitions(ongoing, false, 4000, 2, {{"c", 3}}, 0, kNow + 5);
   EXPECT_EQ(t.target->partitions, (TxnPartitions{{"a", 0}, {"c", 3}}));
   EXPECT_EQ(t.target->start_timestamp_ms, ongoing.start_timestamp_ms);
 
-  EXPECT_EQ(PrepareAddPartitions(m, false, 17, 2, {{"a", 0}}, kNow).error,
+  EXPECT_EQ(PrepareAddPartitions(m, false, 17, 2, {{"a", 0}}, 0, kNow).error,
             ErrorCode::kInvalidProducerIdMapping);
-  EXPECT_EQ(PrepareAddPartitions(m, false, 4000, 1, {{"a", 0}}, kNow).error,
+  EXPECT_EQ(PrepareAddPartitions(m, false, 4000, 1, {{"a", 0}}, 0, kNow).error,
             ErrorCode::kProducerFenced);
-  EXPECT_EQ(PrepareAddPartitions(m, true, 4000, 2, {{"a", 0}}, kNow).error,
+  EXPECT_EQ(PrepareAddPartitions(m, true, 4000, 2, {{"a", 0}}, 0, kNow).error,
             ErrorCode::kConcurrentTransactions);
   EXPECT_EQ(
-      PrepareAddPartitions(Stored(TxnState::kPrepareCommit, 2), false, 4000, 2, {{"a", 0}}, kNow)
+      PrepareAddPartitions(Stored(TxnState::kPrepareCommit, 2), false, 4000, 2, {{"a", 0}}, 0, kNow)
           .error,
       ErrorCode::kConcurrentTransactions);
 }
@@ -175,6 +175,99 @@ TEST(TxnMetadataTest, TheCoordinatorsFencingAbortCarriesTheBumpedEpoch) {
   // The fenced producer's own end is refused afterwards.
   EXPECT_EQ(PrepareEndTxn(*t.target, false, false, 4000, 2, true, true, kNow).error,
             ErrorCode::kProducerFenced);
+}
+
+TEST(TxnMetadataTest, V2EveryEndBumpsTheEpochAndARetryOfItIsAnsweredNone) {
+  TxnMetadata ongoing = Stored(TxnState::kOngoing, 2, {{"a", 0}});
+  Transition t = PrepareEndTxnV2(ongoing, false, false, 4000, 2, /*commit=*/true,
+                                 /*from_client=*/true, -1, kNow);
+  ASSERT_EQ(t.error, ErrorCode::kNone);
+  EXPECT_EQ(t.target->state, TxnState::kPrepareCommit);
+  EXPECT_EQ(t.target->producer_epoch, 3);  // the markers carry it
+  EXPECT_EQ(t.target->client_transaction_version, kTransactionVersion2);
+  EXPECT_EQ(t.target->partitions, ongoing.partitions);
+  const TxnMetadata prepared = *t.target;
+  // While the markers are written: the same end again (old epoch) is CONCURRENT_TRANSACTIONS,
+  // the other INVALID_TXN_STATE, the bumped epoch is not the client's yet.
+  EXPECT_EQ(PrepareEndTxnV2(prepared, false, false, 4000, 2, true, true, -1, kNow).error,
+            ErrorCode::kConcurrentTransactions);
+  EXPECT_EQ(PrepareEndTxnV2(prepared, false, false, 4000, 2, false, true, -1, kNow).error,
+            ErrorCode::kInvalidTxnState);
+  EXPECT_EQ(PrepareEndTxnV2(prepared, false, false, 4000, 3, true, true, -1, kNow).error,
+            ErrorCode::kProducerFenced);
+  const TxnMetadata done = PrepareComplete(prepared, kNow + 1);
+  EXPECT_EQ(done.state, TxnState::kCompleteCommit);
+  EXPECT_EQ(done.producer_id, 4000);
+  EXPECT_EQ(done.producer_epoch, 3);
+  // A retry with the old epoch: NONE, nothing to write.
+  t = PrepareEndTxnV2(done, false, false, 4000, 2, true, true, -1, kNow);
+  EXPECT_EQ(t.error, ErrorCode::kNone);
+  EXPECT_FALSE(t.target.has_value());
+  EXPECT_EQ(PrepareEndTxnV2(done, false, false, 4000, 2, false, true, -1, kNow).error,
+            ErrorCode::kInvalidTxnState);
+  // A commit with no transaction is INVALID_TXN_STATE; an abort with none still ends one,
+  // with no partitions, and bumps the epoch.
+  EXPECT_EQ(PrepareEndTxnV2(done, false, false, 4000, 3, true, true, -1, kNow).error,
+            ErrorCode::kInvalidTxnState);
+  t = PrepareEndTxnV2(done, false, false, 4000, 3, false, true, -1, kNow);
+  ASSERT_EQ(t.error, ErrorCode::kNone);
+  EXPECT_EQ(t.target->state, TxnState::kPrepareAbort);
+  EXPECT_EQ(t.target->producer_epoch, 4);
+  EXPECT_TRUE(t.target->partitions.empty());
+  t = PrepareEndTxnV2(Stored(TxnState::kEmpty, 0), false, false, 4000, 0, false, true, -1, kNow);
+  ASSERT_EQ(t.error, ErrorCode::kNone);
+  EXPECT_EQ(t.target->producer_epoch, 1);
+  // Older epochs, other ids, pending transitions.
+  EXPECT_EQ(PrepareEndTxnV2(ongoing, false, false, 4000, 1, true, true, -1, kNow).error,
+            ErrorCode::kProducerFenced);
+  EXPECT_EQ(PrepareEndTxnV2(done, false, false, 4000, 1, true, true, -1, kNow).error,
+            ErrorCode::kProducerFenced);
+  EXPECT_EQ(PrepareEndTxnV2(ongoing, false, false, 17, 2, true, true, -1, kNow).error,
+            ErrorCode::kInvalidProducerIdMapping);
+  EXPECT_EQ(PrepareEndTxnV2(ongoing, true, false, 4000, 2, true, true, -1, kNow).error,
+            ErrorCode::kConcurrentTransactions);
+}
+
+TEST(TxnMetadataTest, V2AnExhaustedEpochMovesToTheNextProducerIdAtCompletion) {
+  TxnMetadata ongoing = Stored(TxnState::kOngoing, INT16_MAX - 1, {{"a", 0}});
+  ASSERT_TRUE(NeedsNewProducerIdAtEnd(ongoing));
+  Transition t = PrepareEndTxnV2(ongoing, false, false, 4000, INT16_MAX - 1, true, true,
+                                 /*new_producer_id=*/5000, kNow);
+  ASSERT_EQ(t.error, ErrorCode::kNone);
+  EXPECT_EQ(t.target->producer_id, 4000);  // the markers go out under the old id
+  EXPECT_EQ(t.target->producer_epoch, INT16_MAX);
+  EXPECT_EQ(t.target->next_producer_id, 5000);
+  const TxnMetadata done = PrepareComplete(*t.target, kNow + 1);
+  EXPECT_EQ(done.producer_id, 5000);
+  EXPECT_EQ(done.producer_epoch, 0);
+  EXPECT_EQ(done.previous_producer_id, 4000);
+  EXPECT_EQ(done.next_producer_id, -1);
+  // A retry under the old id and its last epoch is still answered NONE.
+  t = PrepareEndTxnV2(done, false, false, 4000, INT16_MAX - 1, true, true, -1, kNow);
+  EXPECT_EQ(t.error, ErrorCode::kNone);
+  EXPECT_FALSE(t.target.has_value());
+  // The Prepare record keeps the next id and the client's version (value v1, flexible).
+  TxnMetadata prepared =
+      PrepareEndTxnV2(ongoing, false, false, 4000, INT16_MAX - 1, true, true, 5000, kNow)
+          .target.value();
+  group::LogRecord r = EncodeTxnRecord(prepared);
+  ASSERT_TRUE(r.value.has_value());
+  EXPECT_EQ((*r.value)[1], 1);
+  StatusOr<ParsedTxnRecord> parsed = ParseTxnRecord(r.key, *r.value);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  prepared.last_producer_epoch = kNoProducerEpoch;  // memory only, as in Kafka
+  EXPECT_EQ(parsed->value, prepared);
+}
+
+TEST(TxnMetadataTest, V2TheCoordinatorsAbortOfAFencedTransactionBumpsOnce) {
+  TxnMetadata ongoing = Stored(TxnState::kOngoing, 2, {{"a", 0}});
+  ongoing.client_transaction_version = kTransactionVersion2;
+  Transition t = PrepareEndTxnV2(ongoing, /*pending=*/true, /*pending_fence=*/true, 4000, 3,
+                                 /*commit=*/false, /*from_client=*/false, -1, kNow);
+  ASSERT_EQ(t.error, ErrorCode::kNone);
+  EXPECT_EQ(t.target->state, TxnState::kPrepareAbort);
+  EXPECT_EQ(t.target->producer_epoch, 3);
+  EXPECT_EQ(PrepareComplete(*t.target, kNow).producer_epoch, 3);
 }
 
 TEST(TxnMetadataTest, RecordsRoundTripInKafkasFormat) {

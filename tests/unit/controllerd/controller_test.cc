@@ -102,6 +102,7 @@ TEST_F(ControllerTest, FirstStartGeneratesAStableClusterId) {
     id = c->Image().cluster_id();
     EXPECT_EQ(id.size(), 22u);
     EXPECT_EQ(c->Image().features().at("metadata.version"), 1);
+    EXPECT_EQ(c->Image().features().at("transaction.version"), 2);
     EXPECT_EQ(c->term(), 1);
   }
   auto c = Open();
