@@ -400,9 +400,18 @@ CleanableRange FindCleanableRange(const Log& log,
   if (r.first_dirty < r.log_start || r.first_dirty > state.log_end_offset) {
     r.first_dirty = r.log_start;
   }
-  // Never past the last stable offset: an open transaction's data is neither compacted nor
-  // mapped (it may yet be aborted), as Kafka's cleanableOffsets.
-  r.first_uncleanable = std::min(segments.back()->base_offset(), log.LastStableOffset());
+  // Never past the segment holding the last stable offset (Kafka's cleanableOffsets, rounded
+  // down to a segment base as its LogToClean does): an open transaction's data is neither
+  // compacted nor mapped (it may yet be aborted), and the segment holding its start waits
+  // whole, so it is not counted dirty again after each pass.
+  r.first_uncleanable = segments.back()->base_offset();
+  const int64_t last_stable = log.LastStableOffset();
+  for (size_t i = 0; i + 1 < segments.size(); ++i) {
+    if (segments[i + 1]->base_offset() > last_stable) {
+      r.first_uncleanable = segments[i]->base_offset();
+      break;
+    }
+  }
   const int64_t min_lag = std::max<int64_t>(config.min_compaction_lag_ms, 0);
   const int64_t max_lag = std::max<int64_t>(config.max_compaction_lag_ms, 0);
   int64_t earliest_dirty = std::numeric_limits<int64_t>::max();
@@ -461,7 +470,7 @@ StatusOr<int64_t> BuildOffsetMap(const std::vector<std::shared_ptr<Segment>>& se
       if (!batch) break;
       if (batch->last_offset() < r.first_dirty) continue;
       if (batch->base_offset() >= r.first_uncleanable) {
-        full = true;  // the last stable offset, inside this segment
+        full = true;  // not expected: the uncleanable offset is a segment's base
         break;
       }
       stats->bytes_read += int64_t(batch->size_in_bytes());

@@ -3,10 +3,10 @@
 //
 // For a log, the cleaner
 //  1. finds the dirty range [first dirty offset, first uncleanable offset): the first
-//     uncleanable offset is the lowest of the active segment's base, the last stable offset
-//     (an open transaction's data is never compacted: it may yet be aborted) and the base of
-//     the first segment with records newer than min.compaction.lag.ms (by its largest
-//     timestamp);
+//     uncleanable offset is the lowest of the active segment's base, the base of the segment
+//     holding the last stable offset (an open transaction's data is never compacted: it may
+//     yet be aborted) and the base of the first segment with records newer than
+//     min.compaction.lag.ms (by its largest timestamp);
 //  2. maps every key in the dirty range to its last offset (bounded memory: when the map is
 //     full, the dirty range ends at the last whole batch mapped; the first batch is always
 //     mapped, so a pass makes progress whatever the bound); records of aborted transactions

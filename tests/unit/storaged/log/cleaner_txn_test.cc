@@ -233,10 +233,11 @@ TEST_F(CleanerTxnTest, AnOpenTransactionIsNeitherCleanedNorMapped) {
   ASSERT_EQ(log_->LastStableOffset(), 2);
   StatusOr<CleanerStats> stats = Clean();
   ASSERT_TRUE(stats.ok()) << stats.status();
-  // Nothing at or after the last stable offset was mapped: k2=d does not make k2=b go, nor
-  // does the open transaction's k1=c make k1=a go.
+  // Nothing in the segment holding the last stable offset is cleaned or mapped: k2=d does
+  // not make k2=b go, nor does the open transaction's k1=c make k1=a go.
   EXPECT_EQ(stats->records_removed, 0);
-  EXPECT_EQ(stats->end_offset, 2);
+  EXPECT_EQ(stats->end_offset, 0);
+  EXPECT_EQ(stats->segments_cleaned, 0);
   EXPECT_EQ(Layout(), (std::vector<std::string>{"0:k1=a,k2=b", "2:k1=c", "3:k2=d", "4:z=1"}));
 
   Marker(kA, /*commit=*/true);  // 5
@@ -426,20 +427,30 @@ TEST_F(CleanerTxnTest, TwoProducersInterleavedKeepCommittedAndDropAborted) {
 }
 
 TEST_F(CleanerTxnTest, AnAbortWhoseMarkerIsPastTheCleanedRangeKeepsItsEntry) {
-  Txn(kA, 0, {{"k", "a"}});      // 0: A's transaction
-  Txn(kB, 0, {{"x", "b"}});      // 1: B's, still open at the end
-  Marker(kA, /*commit=*/false);  // 2
+  Txn(kA, 0, {{"k", "a"}});  // 0: A's transaction
   RollNext();
-  Data({{"f", "1"}});  // 3, active
-  ASSERT_EQ(log_->LastStableOffset(), 1);
+  Data({{"y", "1"}});            // 1
+  Txn(kB, 0, {{"x", "b"}});      // 2: B's, still open at the end
+  Marker(kA, /*commit=*/false);  // 3
+  RollNext();
+  Data({{"f", "1"}});  // 4, active
+  ASSERT_EQ(log_->LastStableOffset(), 2);
   StatusOr<CleanerStats> stats = Clean();
   ASSERT_TRUE(stats.ok()) << stats.status();
-  // The cleaned range ends at B's transaction: A's aborted batch (A's last: emptied) goes,
-  // the rest stays as it is, the index entry too.
-  EXPECT_EQ(Layout(), (std::vector<std::string>{"0-0:empty(1000)", "1:x=b", "2:ABORT", "3:f=1"}));
-  EXPECT_EQ(IndexEntries(), (std::vector<AbortedTxn>{{kA, 0, 2, 1}}));
-  EXPECT_EQ(Consume(true), (std::vector<std::string>{}));
-  EXPECT_EQ(Consume(false), (std::vector<std::string>{"1:x=b", "3:f=1"}));
+  // The cleaned range ends at the base of the segment holding B's transaction: A's aborted
+  // batch (A's last: emptied) goes, that segment stays as it is, the index entry in it too.
+  EXPECT_EQ(stats->end_offset, 1);
+  EXPECT_EQ(Layout(),
+            (std::vector<std::string>{"0-0:empty(1000)", "1:y=1", "2:x=b", "3:ABORT", "4:f=1"}));
+  EXPECT_EQ(IndexEntries(), (std::vector<AbortedTxn>{{kA, 0, 3, 2}}));
+  EXPECT_EQ(Consume(true), (std::vector<std::string>{"1:y=1"}));
+  EXPECT_EQ(Consume(false), (std::vector<std::string>{"1:y=1", "2:x=b", "4:f=1"}));
+  // The segment holding the open transaction's start waits whole, so it is not counted
+  // dirty again after the pass (the cleaner thread would otherwise clean it without pause).
+  CleanerOptions o;
+  o.now_ms = [this] { return now_; };
+  Cleaner cleaner(std::move(o));
+  EXPECT_FALSE(cleaner.NeedsCleaning(*log_));
 }
 
 }  // namespace
