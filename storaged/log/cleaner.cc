@@ -189,7 +189,7 @@ class TxnTracker {
 // every record of a producer's last batch so its sequence and epoch survive): same offsets,
 // producer fields, leader epoch, timestamp type and max timestamp; no codec, no base
 // timestamp, no delete horizon.
-std::vector<uint8_t> EmptyBatchOf(const BatchView& batch) {
+StatusOr<std::vector<uint8_t>> EmptyBatchOf(const BatchView& batch) {
   record::BatchBuilder::Options o;
   o.base_offset = batch.base_offset();
   o.partition_leader_epoch = batch.partition_leader_epoch();
@@ -199,17 +199,17 @@ std::vector<uint8_t> EmptyBatchOf(const BatchView& batch) {
   o.transactional = batch.is_transactional();
   o.control = batch.is_control();
   o.timestamp_type = batch.timestamp_type();
-  StatusOr<std::vector<uint8_t>> built =
-      record::BatchBuilder(o).Build(batch.last_offset_delta());  // cannot fail: no records
-  std::vector<uint8_t> out = built.ok() ? std::move(*built) : std::vector<uint8_t>();
-  if (out.size() == record::kBatchHeaderSize) {
-    constexpr size_t kMaxTimestampAt = 35;
-    constexpr size_t kCrcAt = 17;
-    constexpr size_t kAttributesAt = 21;
-    StoreBigEndian(out.data() + kMaxTimestampAt, uint64_t(batch.max_timestamp()), 8);
-    StoreBigEndian32(out.data() + kCrcAt,
-                     crc32c::Value(out.data() + kAttributesAt, out.size() - kAttributesAt));
+  RUNNEL_ASSIGN_OR_RETURN(std::vector<uint8_t> out,
+                          record::BatchBuilder(o).Build(batch.last_offset_delta()));
+  if (out.size() != record::kBatchHeaderSize) {
+    return absl::InternalError(fmt::format("empty batch of {} bytes", out.size()));
   }
+  constexpr size_t kCrcAt = 17;
+  constexpr size_t kAttributesAt = 21;
+  constexpr size_t kMaxTimestampAt = 35;
+  StoreBigEndian(out.data() + kMaxTimestampAt, uint64_t(batch.max_timestamp()), 8);
+  StoreBigEndian32(out.data() + kCrcAt,
+                   crc32c::Value(out.data() + kAttributesAt, out.size() - kAttributesAt));
   return out;
 }
 
@@ -623,9 +623,10 @@ StatusOr<std::optional<std::vector<uint8_t>>> RetainBatch(const BatchView& batch
                              : batch.is_control() && batch.producer_epoch() == it->second.epoch;
     }
   }
-  const auto empty_or_gone = [&]() -> Result {
-    if (last_of_producer) return Result(EmptyBatchOf(batch));
-    return Result(std::vector<uint8_t>());
+  const auto empty_or_gone = [&]() -> StatusOr<Result> {
+    if (!last_of_producer) return Result(std::vector<uint8_t>());
+    RUNNEL_ASSIGN_OR_RETURN(std::vector<uint8_t> empty, EmptyBatchOf(batch));
+    return Result(std::move(empty));
   };
   // An empty batch (left by an earlier pass) stays only as a producer's last.
   if (batch.record_count() == 0)
