@@ -426,6 +426,35 @@ TEST_F(CleanerTxnTest, TwoProducersInterleavedKeepCommittedAndDropAborted) {
   EXPECT_EQ(IndexEntries(), (std::vector<AbortedTxn>{{kA, 0, 4, 5}}));
 }
 
+TEST_F(CleanerTxnTest, ATransactionAcrossCleaningGroupsIsFollowedThroughThePass) {
+  // Every batch in a segment, and a group, of its own: the data and the marker are cleaned
+  // into different copies in one pass.
+  config_.segment_bytes = 100;
+  log_->SetConfig(config_);
+  Txn(kA, 0, {{"k", "a"}});      // 0, aborted
+  Marker(kA, /*commit=*/false);  // 1
+  Txn(kA, 1, {{"m", "1"}});      // 2, A's last data
+  Marker(kA, /*commit=*/true);   // 3
+  Data({{"f", "1"}});            // 4, active
+  ASSERT_EQ(log_->Segments().size(), 5u);
+  StatusOr<CleanerStats> stats = Clean();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->aborted_records_removed, 1);
+  EXPECT_EQ(Layout(), (std::vector<std::string>{"1:ABORT", "2:m=1", "3:COMMIT", "4:f=1"}));
+  EXPECT_EQ(IndexEntries(), (std::vector<AbortedTxn>{{kA, 0, 1, 2}}));
+  stats = Clean();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(Layout(), (std::vector<std::string>{"1:ABORT+h", "2:m=1", "3:COMMIT", "4:f=1"}));
+  EXPECT_TRUE(IndexEntries().empty());
+  EXPECT_TRUE(TxnIndexFiles().empty());
+  now_ += kRetention;
+  stats = Clean();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(Layout(), (std::vector<std::string>{"2:m=1", "3:COMMIT", "4:f=1"}));
+  EXPECT_EQ(Consume(true), (std::vector<std::string>{"2:m=1", "4:f=1"}));
+  EXPECT_EQ(Consume(false), Consume(true));
+}
+
 TEST_F(CleanerTxnTest, AnAbortWhoseMarkerIsPastTheCleanedRangeKeepsItsEntry) {
   Txn(kA, 0, {{"k", "a"}});  // 0: A's transaction
   RollNext();
