@@ -40,7 +40,9 @@
 // the first dirty offset on holds a record older than max.compaction.lag.ms.
 //
 // Threads: one thread calls CleanOnce / Clean; the cleaner reads segments without locks (a
-// non-active segment does not change) and takes the log's locks only inside ReplaceSegment.
+// non-active segment does not change; a segment's transaction index has its own lock) and
+// takes the log's locks only inside ReplaceSegment and, once a pass, to copy the producers'
+// last offsets (Log::LastRecordsOfProducers).
 #pragma once
 
 #include <cstdint>
