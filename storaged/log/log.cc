@@ -145,8 +145,8 @@ Status Log::RemoveLeftovers(LoadReport* report) {
         RUNNEL_RETURN_IF_ERROR(RenameFile(swap_path, final_path));
       } else if (kind != kLogSuffix) {
         // No index came with the swap: the old one must not survive; an offset or time
-        // index is rebuilt. (A cleaned copy holds a .txnindex exactly when its segments
-        // had aborted transactions, so none came when there were none.)
+        // index is rebuilt. (A cleaned copy holds a .txnindex exactly when aborted
+        // transactions stay in it, so none came when none stayed.)
         ::unlink(final_path.c_str());
       }
     }

@@ -47,9 +47,9 @@ class CleanerTxnTest : public ::testing::Test {
   }
 
   std::string LogDir() const { return dir_.path() + "/t-0"; }
-  std::unique_ptr<Log> Open(bool clean) {
+  std::unique_ptr<Log> Open(bool clean, const std::string& dir = "") {
     LogOptions o;
-    o.dir = LogDir();
+    o.dir = dir.empty() ? LogDir() : dir;
     o.tp = {"t", 0};
     o.config = config_;
     o.files = &files_;
@@ -316,6 +316,40 @@ TEST_F(CleanerTxnTest, AbortedDataGoesThenItsIndexEntryThenItsMarkerAfterTheHori
   EXPECT_EQ(Layout(), (std::vector<std::string>{"0:k=v1", "4:m=1", "5:COMMIT", "6:f=1"}));
   EXPECT_EQ(Consume(true), committed_before);
   EXPECT_EQ(Consume(false), committed_before);
+}
+
+TEST_F(CleanerTxnTest, ASwapCutShortLeavesNoIndexEntryTheCleanedCopyDropped) {
+  Data({{"k", "v1"}});                    // 0
+  Txn(kA, 0, {{"k", "v2"}, {"j", "w"}});  // 1..2, aborted
+  Marker(kA, /*commit=*/false);           // 3
+  RollNext();
+  Txn(kA, 2, {{"m", "1"}});     // 4
+  Marker(kA, /*commit=*/true);  // 5
+  RollNext();
+  Data({{"f", "1"}});  // 6, active
+  ASSERT_TRUE(Clean().ok());
+  ASSERT_EQ(IndexEntries(), (std::vector<AbortedTxn>{{kA, 1, 3, 4}}));
+  ASSERT_TRUE(log_->Close().ok());
+  const std::string crashed = dir_.path() + "/t-1";
+  fs::copy(LogDir(), crashed);
+  // The next pass drops the entry (its copy has no .txnindex); a crash right after the copy
+  // was named .swap leaves the old segment, whose .txnindex holds the entry.
+  log_ = Open(/*clean=*/true);
+  ASSERT_NE(log_, nullptr);
+  ASSERT_TRUE(Clean().ok());
+  const std::vector<std::string> want = Layout();
+  ASSERT_EQ(want, (std::vector<std::string>{"0:k=v1", "3:ABORT+h", "4:m=1", "5:COMMIT", "6:f=1"}));
+  ASSERT_TRUE(log_->Close().ok());
+  const std::string cleaned_log = LogDir() + "/00000000000000000000.log";
+  fs::copy_file(cleaned_log, crashed + "/00000000000000000000.log.swap");
+  fs::remove(crashed + "/.kafka_cleanshutdown");
+  ASSERT_TRUE(fs::exists(crashed + "/00000000000000000000.txnindex"));
+  log_ = Open(/*clean=*/false, crashed);
+  ASSERT_NE(log_, nullptr);
+  EXPECT_EQ(Layout(), want);
+  EXPECT_TRUE(IndexEntries().empty());
+  EXPECT_FALSE(fs::exists(crashed + "/00000000000000000000.txnindex"));
+  EXPECT_EQ(Consume(true), (std::vector<std::string>{"0:k=v1", "4:m=1", "6:f=1"}));
 }
 
 TEST_F(CleanerTxnTest, ACommitMarkerGoesOnceItsRecordsWereCompactedAway) {
