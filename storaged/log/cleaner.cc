@@ -1,6 +1,7 @@
 #include "storaged/log/cleaner.h"
 
 #include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
 #include <fmt/format.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
@@ -10,11 +11,14 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <optional>
 
 #include "common/log/log.h"
+#include "common/record/control.h"
 #include "common/util/big_endian.h"
+#include "common/util/crc32c.h"
 #include "storaged/log/file_names.h"
 
 namespace runnel::storaged {
@@ -88,6 +92,126 @@ class OffsetMap {
   EVP_MD_CTX* ctx_;
   absl::flat_hash_map<KeyDigest, int64_t> map_;
 };
+
+// The aborted transactions of every segment of `segments` ending after `from` whose marker
+// is at or after `from`, by first offset (duplicates dropped). Aborts are rare and the
+// entries live on the heap, so all later segments are read, the active one included (an
+// aborted transaction's data may lie below its marker's segment).
+std::vector<AbortedTxn> CollectAborted(const std::vector<std::shared_ptr<Segment>>& segments,
+                                       int64_t from) {
+  std::vector<AbortedTxn> out;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (i + 1 < segments.size() && segments[i + 1]->base_offset() <= from) continue;
+    for (const AbortedTxn& txn : segments[i]->AbortedTxns()) {
+      if (txn.last_offset >= from) out.push_back(txn);
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const AbortedTxn& a, const AbortedTxn& b) {
+    return a.first_offset != b.first_offset ? a.first_offset < b.first_offset
+                                            : a.producer_id < b.producer_id;
+  });
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// The control type of a control batch's record (its key: int16 version, int16 type); nullopt
+// for an empty batch (one compaction left) or an unreadable key.
+StatusOr<std::optional<int16_t>> ControlType(const BatchView& batch) {
+  std::optional<int16_t> type;
+  RUNNEL_RETURN_IF_ERROR(record::ForEachRecord(batch, [&](const record::Record& r) {
+    if (r.key && r.key->size() >= 4) type = int16_t(LoadBigEndian16(r.key->data() + 2));
+    return false;
+  }));
+  return type;
+}
+
+// Follows the transactions through the batches of one pass, in offset order (Kafka's
+// CleanedTransactionMetadata): which data batches an abort undid, and which markers end a
+// transaction of which no data was met (the marker may then go, after its delete horizon).
+// Only completed transactions lie below the cleanable range's end (the last stable offset
+// bounds it), so a transactional batch not known aborted there is committed.
+class TxnTracker {
+ public:
+  explicit TxnTracker(std::vector<AbortedTxn> aborted) : pending_(aborted.begin(), aborted.end()) {}
+
+  // A data batch: whether an aborted transaction holds it.
+  bool OnDataBatch(const BatchView& batch) {
+    StartAbortedUpTo(batch.last_offset());
+    if (!batch.is_transactional()) return false;
+    auto it = aborted_.find(batch.producer_id());
+    if (it != aborted_.end()) {
+      it->second.data_seen = true;
+      return true;
+    }
+    committed_.insert(batch.producer_id());
+    return false;
+  }
+  // A control batch: whether its transaction has no data left in the log (an empty batch,
+  // already cleaned, neither). An ABORT whose data was met keeps its index entry (listed in
+  // kept_aborted(), by marker offset).
+  StatusOr<bool> OnControlBatch(const BatchView& batch) {
+    StartAbortedUpTo(batch.last_offset());
+    RUNNEL_ASSIGN_OR_RETURN(std::optional<int16_t> type, ControlType(batch));
+    if (!type) return true;
+    const int64_t pid = batch.producer_id();
+    if (*type == record::kControlTypeAbort) {
+      auto it = aborted_.find(pid);
+      if (it == aborted_.end()) return true;
+      const bool data_seen = it->second.data_seen;
+      aborted_.erase(it);
+      if (data_seen) kept_aborted_.insert(batch.base_offset());
+      return !data_seen;
+    }
+    if (*type == record::kControlTypeCommit) return committed_.erase(pid) == 0;
+    return false;  // another control type: kept
+  }
+  // The markers (by offset) of aborted transactions whose index entries stay.
+  const absl::flat_hash_set<int64_t>& kept_aborted() const { return kept_aborted_; }
+
+ private:
+  struct Aborted {
+    bool data_seen = false;
+  };
+  void StartAbortedUpTo(int64_t offset) {
+    while (!pending_.empty() && pending_.front().first_offset <= offset) {
+      aborted_.try_emplace(pending_.front().producer_id);
+      pending_.pop_front();
+    }
+  }
+
+  std::deque<AbortedTxn> pending_;                 // not yet started, by first offset
+  absl::flat_hash_map<int64_t, Aborted> aborted_;  // producer id -> its aborted transaction
+  absl::flat_hash_set<int64_t> committed_;         // producers with committed data met
+  absl::flat_hash_set<int64_t> kept_aborted_;
+};
+
+// The header alone of `batch`, no records (Kafka's empty batch, kept when compaction removes
+// every record of a producer's last batch so its sequence and epoch survive): same offsets,
+// producer fields, leader epoch, timestamp type and max timestamp; no codec, no base
+// timestamp, no delete horizon.
+StatusOr<std::vector<uint8_t>> EmptyBatchOf(const BatchView& batch) {
+  record::BatchBuilder::Options o;
+  o.base_offset = batch.base_offset();
+  o.partition_leader_epoch = batch.partition_leader_epoch();
+  o.producer_id = batch.producer_id();
+  o.producer_epoch = batch.producer_epoch();
+  o.base_sequence = batch.base_sequence();
+  o.transactional = batch.is_transactional();
+  o.control = batch.is_control();
+  o.timestamp_type = batch.timestamp_type();
+  RUNNEL_ASSIGN_OR_RETURN(std::vector<uint8_t> out,
+                          record::BatchBuilder(o).Build(batch.last_offset_delta()));
+  if (out.size() != record::kBatchHeaderSize) {
+    return absl::InternalError(fmt::format("empty batch of {} bytes", out.size()));
+  }
+  constexpr size_t kCrcAt = 17;
+  constexpr size_t kAttributesAt = 21;
+  constexpr size_t kMaxTimestampAt = 35;
+  StoreBigEndian(out.data() + kMaxTimestampAt, uint64_t(batch.max_timestamp()), 8);
+  StoreBigEndian32(out.data() + kCrcAt,
+                   crc32c::Value(out.data() + kAttributesAt, out.size() - kAttributesAt));
+  return out;
+}
 
 // Reads the batches of [start, end) of a segment in order, a chunk at a time, checking
 // lengths, magic and CRC (a corrupt batch must not be rewritten with a fresh CRC).
@@ -165,6 +289,11 @@ class CleanedWriter {
                 int64_t created_ms)
       : log_(log), source_(source), config_(config), stats_(stats), created_ms_(created_ms) {}
   Status StartNow() { return Start(0); }
+  // A copy of the whole source when not started yet (its transaction index changes).
+  Status StartWhole() {
+    if (out_ != nullptr) return absl::OkStatus();
+    return Start(source_.size());
+  }
   ~CleanedWriter() { Abandon(); }
 
   // The next batch of the source stays as it is.
@@ -178,10 +307,12 @@ class CleanedWriter {
     if (bytes.empty()) return absl::OkStatus();
     return Add(bytes);
   }
-  // The finished copy, ready for ReplaceSegment; nullptr when nothing changed.
-  StatusOr<std::unique_ptr<Segment>> Finish() {
+  // The finished copy, ready for ReplaceSegment, with `aborted` as its transaction index;
+  // nullptr when nothing changed.
+  StatusOr<std::unique_ptr<Segment>> Finish(const std::vector<AbortedTxn>& aborted) {
     if (out_ == nullptr) return std::unique_ptr<Segment>();
     RUNNEL_RETURN_IF_ERROR(WritePending());
+    for (const AbortedTxn& txn : aborted) RUNNEL_RETURN_IF_ERROR(out_->AppendAbortedTxn(txn));
     RUNNEL_RETURN_IF_ERROR(out_->OnRoll());
     out_->set_created_ms(created_ms_);
     return std::move(out_);
@@ -269,7 +400,18 @@ CleanableRange FindCleanableRange(const Log& log,
   if (r.first_dirty < r.log_start || r.first_dirty > state.log_end_offset) {
     r.first_dirty = r.log_start;
   }
+  // Never past the segment holding the last stable offset (Kafka's cleanableOffsets, rounded
+  // down to a segment base as its LogToClean does): an open transaction's data is neither
+  // compacted nor mapped (it may yet be aborted), and the segment holding its start waits
+  // whole, so it is not counted dirty again after each pass.
   r.first_uncleanable = segments.back()->base_offset();
+  const int64_t last_stable = log.LastStableOffset();
+  for (size_t i = 0; i + 1 < segments.size(); ++i) {
+    if (segments[i + 1]->base_offset() > last_stable) {
+      r.first_uncleanable = segments[i]->base_offset();
+      break;
+    }
+  }
   const int64_t min_lag = std::max<int64_t>(config.min_compaction_lag_ms, 0);
   const int64_t max_lag = std::max<int64_t>(config.max_compaction_lag_ms, 0);
   int64_t earliest_dirty = std::numeric_limits<int64_t>::max();
@@ -309,6 +451,9 @@ bool ShouldClean(const CleanableRange& r, const LogConfig& config) {
 StatusOr<int64_t> BuildOffsetMap(const std::vector<std::shared_ptr<Segment>>& segments,
                                  const CleanableRange& r, size_t max_entries, OffsetMap* map,
                                  CleanerStats* stats) {
+  // Records of aborted transactions are not mapped: they go, and must not make the earlier
+  // records of their keys go.
+  TxnTracker txns(CollectAborted(segments, r.first_dirty));
   int64_t map_end = r.first_dirty;
   bool mapped_any = false;
   for (size_t i = 0; i + 1 < segments.size(); ++i) {
@@ -329,7 +474,13 @@ StatusOr<int64_t> BuildOffsetMap(const std::vector<std::shared_ptr<Segment>>& se
         break;
       }
       stats->bytes_read += int64_t(batch->size_in_bytes());
-      if (!batch->is_control() && !batch->is_transactional()) {
+      bool aborted = false;
+      if (batch->is_control()) {
+        RUNNEL_RETURN_IF_ERROR(txns.OnControlBatch(*batch).status());
+      } else {
+        aborted = txns.OnDataBatch(*batch);
+      }
+      if (!batch->is_control() && !aborted) {
         // The record count bounds the keys a batch adds.
         if (mapped_any && map->size() + size_t(std::max(batch->record_count(), 0)) > max_entries) {
           full = true;
@@ -364,8 +515,42 @@ struct PassContext {
   int64_t log_start;
   int64_t now;
   int64_t delete_retention_ms;
+  TxnTracker* txns;
+  const absl::flat_hash_map<int64_t, Log::ProducerLastRecord>* producers;
   CleanerStats* stats;
 };
+
+// `batch` rebuilt with the records `keep` says (all when null), its header fields kept, and
+// the delete horizon given (or none).
+StatusOr<std::vector<uint8_t>> RebuildBatch(const BatchView& batch, const std::vector<bool>* keep,
+                                            std::optional<int64_t> delete_horizon_ms) {
+  record::BatchBuilder::Options o;
+  o.base_offset = batch.base_offset();
+  o.compression = batch.compression();
+  o.timestamp_type = batch.timestamp_type();
+  o.partition_leader_epoch = batch.partition_leader_epoch();
+  o.producer_id = batch.producer_id();
+  o.producer_epoch = batch.producer_epoch();
+  o.base_sequence = batch.base_sequence();
+  o.transactional = batch.is_transactional();
+  o.control = batch.is_control();
+  o.delete_horizon_ms = delete_horizon_ms;
+  record::BatchBuilder builder(o);
+  size_t i = 0;
+  RUNNEL_RETURN_IF_ERROR(record::ForEachRecord(batch, [&](const record::Record& rec) {
+    if (keep == nullptr || (i < keep->size() && (*keep)[i])) {
+      builder.Add(rec.offset_delta, RecordTimestamp(batch, rec), rec.key, rec.value, rec.headers);
+    }
+    ++i;
+    return true;
+  }));
+  RUNNEL_ASSIGN_OR_RETURN(std::vector<uint8_t> rebuilt, builder.Build(batch.last_offset_delta()));
+  // A LogAppendTime batch's max timestamp is the append time, not one of its records'.
+  if (batch.timestamp_type() == record::TimestampType::kLogAppendTime) {
+    record::SetLogAppendTime(rebuilt, batch.max_timestamp());
+  }
+  return rebuilt;
+}
 
 // Step 3 for one data batch: which records stay. Returns the batch to write instead, or
 // nullopt when it stays as it is (an empty vector: it goes).
@@ -410,40 +595,70 @@ StatusOr<std::optional<std::vector<uint8_t>>> FilterBatch(const BatchView& batch
   if (removed == 0 && !set_horizon) return std::optional<std::vector<uint8_t>>();
   if (removed == int(keep.size()))
     return std::optional<std::vector<uint8_t>>(std::vector<uint8_t>());
-
-  record::BatchBuilder::Options o;
-  o.base_offset = batch.base_offset();
-  o.compression = batch.compression();
-  o.timestamp_type = batch.timestamp_type();
-  o.partition_leader_epoch = batch.partition_leader_epoch();
-  o.producer_id = batch.producer_id();
-  o.producer_epoch = batch.producer_epoch();
-  o.base_sequence = batch.base_sequence();
-  o.transactional = batch.is_transactional();
+  std::optional<int64_t> horizon;
   if (batch.has_delete_horizon()) {
-    o.delete_horizon_ms = batch.base_timestamp();
+    horizon = batch.base_timestamp();
   } else if (set_horizon) {
-    o.delete_horizon_ms = SaturatingAdd(ctx.now, ctx.delete_retention_ms);
+    horizon = SaturatingAdd(ctx.now, ctx.delete_retention_ms);
   }
-  record::BatchBuilder builder(o);
-  size_t i = 0;
-  RUNNEL_RETURN_IF_ERROR(record::ForEachRecord(batch, [&](const record::Record& rec) {
-    if (i < keep.size() && keep[i]) {
-      builder.Add(rec.offset_delta, RecordTimestamp(batch, rec), rec.key, rec.value, rec.headers);
-    }
-    ++i;
-    return true;
-  }));
-  RUNNEL_ASSIGN_OR_RETURN(std::vector<uint8_t> rebuilt, builder.Build(batch.last_offset_delta()));
-  // A LogAppendTime batch's max timestamp is the append time, not one of its records'.
-  if (batch.timestamp_type() == record::TimestampType::kLogAppendTime) {
-    record::SetLogAppendTime(rebuilt, batch.max_timestamp());
-  }
+  RUNNEL_ASSIGN_OR_RETURN(std::vector<uint8_t> rebuilt, RebuildBatch(batch, &keep, horizon));
   return std::optional<std::vector<uint8_t>>(std::move(rebuilt));
 }
 
+// Step 3 for one batch below the clean end, Kafka's batch rules. `txn_done`: a data batch of
+// an aborted transaction, or a marker whose transaction has no data left. Returns the batch
+// to write instead, or nullopt when it stays as it is (an empty vector: it goes).
+StatusOr<std::optional<std::vector<uint8_t>>> RetainBatch(const BatchView& batch, bool txn_done,
+                                                          const PassContext& ctx) {
+  using Result = std::optional<std::vector<uint8_t>>;
+  // The batch holding a producer's last data (or, when none is kept, its marker of the
+  // current epoch) stays, emptied if need be, so the producer state rebuilt from the log
+  // keeps the producer's sequence and epoch.
+  bool last_of_producer = false;
+  if (batch.producer_id() >= 0) {
+    auto it = ctx.producers->find(batch.producer_id());
+    if (it != ctx.producers->end()) {
+      last_of_producer = it->second.last_data_offset >= 0
+                             ? batch.last_offset() == it->second.last_data_offset
+                             : batch.is_control() && batch.producer_epoch() == it->second.epoch;
+    }
+  }
+  const auto empty_or_gone = [&]() -> StatusOr<Result> {
+    if (!last_of_producer) return Result(std::vector<uint8_t>());
+    RUNNEL_ASSIGN_OR_RETURN(std::vector<uint8_t> empty, EmptyBatchOf(batch));
+    return Result(std::move(empty));
+  };
+  // An empty batch (left by an earlier pass) stays only as a producer's last.
+  if (batch.record_count() == 0)
+    return last_of_producer ? Result() : Result(std::vector<uint8_t>());
+  if (batch.is_control()) {
+    if (!txn_done) return Result();  // data of its transaction remains
+    if (batch.has_delete_horizon()) {
+      if (ctx.now < batch.base_timestamp()) return Result();
+      ++ctx.stats->markers_removed;
+      return empty_or_gone();
+    }
+    // The first pass to find its transaction empty: it goes after delete.retention.ms, so a
+    // consumer reading meanwhile still sees the transaction end (KIP-534, as tombstones).
+    RUNNEL_ASSIGN_OR_RETURN(
+        std::vector<uint8_t> rebuilt,
+        RebuildBatch(batch, nullptr, SaturatingAdd(ctx.now, ctx.delete_retention_ms)));
+    return Result(std::move(rebuilt));
+  }
+  if (txn_done) {
+    ctx.stats->records_removed += batch.record_count();
+    ctx.stats->aborted_records_removed += batch.record_count();
+    return empty_or_gone();
+  }
+  RUNNEL_ASSIGN_OR_RETURN(Result filtered, FilterBatch(batch, ctx));
+  if (filtered && filtered->empty()) return empty_or_gone();
+  return filtered;
+}
+
 // Step 3 for one group of consecutive segments: their one cleaned copy, or nullptr when the
-// group is one segment and nothing in it changes.
+// group is one segment and nothing in it changes. The copy's transaction index keeps the
+// aborted transactions whose markers are past the clean end or whose data this pass met
+// (Kafka's rule: an abort whose data is gone leaves the index, its marker later the log).
 StatusOr<std::unique_ptr<Segment>> CleanGroup(Log& log,
                                               const std::vector<std::shared_ptr<Segment>>& group,
                                               const LogConfig& config, const PassContext& ctx) {
@@ -455,13 +670,19 @@ StatusOr<std::unique_ptr<Segment>> CleanGroup(Log& log,
       RUNNEL_ASSIGN_OR_RETURN(std::optional<BatchView> batch, reader.Next());
       if (!batch) break;
       ctx.stats->bytes_read += int64_t(batch->size_in_bytes());
-      if (batch->base_offset() >= ctx.clean_end || batch->is_control() ||
-          batch->is_transactional()) {
+      // Every batch goes through the tracker, in order, so it knows each transaction's data.
+      bool txn_done = false;
+      if (batch->is_control()) {
+        RUNNEL_ASSIGN_OR_RETURN(txn_done, ctx.txns->OnControlBatch(*batch));
+      } else {
+        txn_done = ctx.txns->OnDataBatch(*batch);
+      }
+      if (batch->base_offset() >= ctx.clean_end) {
         RUNNEL_RETURN_IF_ERROR(writer.Keep(*batch));
         continue;
       }
       RUNNEL_ASSIGN_OR_RETURN(std::optional<std::vector<uint8_t>> replacement,
-                              FilterBatch(*batch, ctx));
+                              RetainBatch(*batch, txn_done, ctx));
       if (!replacement) {
         RUNNEL_RETURN_IF_ERROR(writer.Keep(*batch));
       } else {
@@ -469,7 +690,18 @@ StatusOr<std::unique_ptr<Segment>> CleanGroup(Log& log,
       }
     }
   }
-  return writer.Finish();
+  std::vector<AbortedTxn> old_entries;
+  std::vector<AbortedTxn> entries;
+  for (const std::shared_ptr<Segment>& segment : group) {
+    for (const AbortedTxn& txn : segment->AbortedTxns()) {
+      old_entries.push_back(txn);
+      if (txn.last_offset >= ctx.clean_end || ctx.txns->kept_aborted().contains(txn.last_offset)) {
+        entries.push_back(txn);
+      }
+    }
+  }
+  if (entries != old_entries) RUNNEL_RETURN_IF_ERROR(writer.StartWhole());
+  return writer.Finish(entries);
 }
 
 }  // namespace
@@ -618,7 +850,14 @@ StatusOr<CleanerStats> Cleaner::Clean(Log& log, std::vector<std::shared_ptr<Segm
   if (!mapped.ok()) return abort_or_fail(mapped.status());
   const int64_t map_end = *mapped;
   const int64_t clean_end = std::max(map_end, range.first_dirty);
-  PassContext ctx{&map, clean_end, range.log_start, now, config.delete_retention_ms, &stats};
+  // The transactions of the segments cleaned (and after: an abort's marker may lie past
+  // them), and the last batch of each producer, which stays.
+  const int64_t first_base = segments.front()->base_offset();
+  TxnTracker txns(CollectAborted(segments, first_base));
+  const absl::flat_hash_map<int64_t, Log::ProducerLastRecord> producers =
+      log.LastRecordsOfProducers();
+  PassContext ctx{&map,  clean_end,  range.log_start, now, config.delete_retention_ms,
+                  &txns, &producers, &stats};
 
   // The segments to clean: non-active, below the clean end, not wholly below the log start.
   std::vector<std::shared_ptr<Segment>> cleanable;
@@ -666,9 +905,10 @@ StatusOr<CleanerStats> Cleaner::Clean(Log& log, std::vector<std::shared_ptr<Segm
   log.set_first_dirty_offset(stats.end_offset);
   kLog()->log(stats.segments_cleaned > 0 ? spdlog::level::info : spdlog::level::debug,
               "[{}] cleaned up to offset {}: {} segment(s) rewritten into {}, {} bytes read, {} "
-              "written, {} record(s) removed ({} tombstones)",
+              "written, {} record(s) removed ({} tombstones, {} aborted), {} marker(s) removed",
               name, clean_end, stats.segments_cleaned, stats.segments_written, stats.bytes_read,
-              stats.bytes_written, stats.records_removed, stats.tombstones_removed);
+              stats.bytes_written, stats.records_removed, stats.tombstones_removed,
+              stats.aborted_records_removed, stats.markers_removed);
   return stats;
 }
 

@@ -3,21 +3,34 @@
 //
 // For a log, the cleaner
 //  1. finds the dirty range [first dirty offset, first uncleanable offset): the first
-//     uncleanable offset is the active segment's base, or earlier, the base of the first
-//     segment with records newer than min.compaction.lag.ms (by its largest timestamp);
+//     uncleanable offset is the lowest of the active segment's base, the base of the segment
+//     holding the last stable offset (an open transaction's data is never compacted: it may
+//     yet be aborted) and the base of the first segment with records newer than
+//     min.compaction.lag.ms (by its largest timestamp);
 //  2. maps every key in the dirty range to its last offset (bounded memory: when the map is
 //     full, the dirty range ends at the last whole batch mapped; the first batch is always
-//     mapped, so a pass makes progress whatever the bound);
-//  3. rewrites each non-active segment below the end of the mapped range, keeping a record
-//     when no later record has its key, and a tombstone (null value) until its batch's delete
-//     horizon (set to now + delete.retention.ms the first time the tombstone is cleaned,
-//     Kafka's KIP-534 scheme) has passed; records below the log start offset and records
-//     without a key go; control batches (transaction markers) and transactional batches are
-//     kept unchanged and transactional records are not mapped (until aborted transactions
-//     can be told apart, a transactional record must neither go nor make others go); a
-//     batch left with no records is dropped; a kept batch keeps its base offset, last offset
-//     delta, producer fields, leader epoch and codec; a segment in which nothing changes is
-//     not rewritten;
+//     mapped, so a pass makes progress whatever the bound); records of aborted transactions
+//     (known from the segments' transaction indexes, by producer id and offset) are not
+//     mapped, committed transactional records are;
+//  3. rewrites each non-active segment below the end of the mapped range by Kafka's rules:
+//     - a data record stays when no later record has its key; a tombstone (null value) until
+//       its batch's delete horizon (set to now + delete.retention.ms the first time the
+//       tombstone is cleaned, Kafka's KIP-534 scheme) has passed; records below the log start
+//       offset and records without a key go;
+//     - the batches of aborted transactions go whole;
+//     - a transaction marker stays while this pass meets data of its transaction; the first
+//       pass that meets none gives it a delete horizon (now + delete.retention.ms, in its base
+//       timestamp with the batch attribute bit, as KIP-534 for tombstones) and a pass after
+//       the horizon removes it;
+//     - the batch holding a producer's last data (or, when the producer state keeps no data
+//       batch, its marker of the current epoch) stays, as a header with no records when all
+//       its records go, so producer state rebuilt from the log keeps its sequence and epoch;
+//       any other batch left with no records is dropped;
+//     - a kept batch keeps its base offset, last offset delta, producer fields, leader epoch
+//       and codec; a segment in which nothing changes is not rewritten;
+//     - the cleaned copy's transaction index keeps the aborted transactions whose data this
+//       pass met (their markers stay) or whose markers lie past the cleaned range, so an
+//       abort leaves the index once its data is gone, as in Kafka;
 //  4. swaps each cleaned segment in with Log::ReplaceSegment (crash-safe), and moves the
 //     log's first dirty offset to the end of the cleaned range. A swap refused because the
 //     segment went away meanwhile (retention, truncation) ends the pass without moving it.
@@ -27,7 +40,9 @@
 // the first dirty offset on holds a record older than max.compaction.lag.ms.
 //
 // Threads: one thread calls CleanOnce / Clean; the cleaner reads segments without locks (a
-// non-active segment does not change) and takes the log's locks only inside ReplaceSegment.
+// non-active segment does not change; a segment's transaction index has its own lock) and
+// takes the log's locks only inside ReplaceSegment and, once a pass, to copy the producers'
+// last offsets (Log::LastRecordsOfProducers).
 #pragma once
 
 #include <cstdint>
@@ -57,8 +72,10 @@ struct CleanerStats {
   int64_t bytes_written = 0;     // bytes of the cleaned copies
   int64_t records_removed = 0;   // every record removed, tombstones included
   int64_t tombstones_removed = 0;
-  int64_t end_offset = -1;  // the first dirty offset after the pass
-  bool aborted = false;     // a swap was refused; the first dirty offset did not move
+  int64_t aborted_records_removed = 0;  // records of aborted transactions (in records_removed)
+  int64_t markers_removed = 0;          // transaction markers removed past their horizon
+  int64_t end_offset = -1;              // the first dirty offset after the pass
+  bool aborted = false;                 // a swap was refused; the first dirty offset did not move
 };
 
 struct CleanerOptions {

@@ -145,8 +145,8 @@ Status Log::RemoveLeftovers(LoadReport* report) {
         RUNNEL_RETURN_IF_ERROR(RenameFile(swap_path, final_path));
       } else if (kind != kLogSuffix) {
         // No index came with the swap: the old one must not survive; an offset or time
-        // index is rebuilt. (A cleaned copy holds a .txnindex exactly when its segments
-        // had aborted transactions, so none came when there were none.)
+        // index is rebuilt. (A cleaned copy holds a .txnindex exactly when aborted
+        // transactions stay in it, so none came when none stayed.)
         ::unlink(final_path.c_str());
       }
     }
@@ -826,6 +826,18 @@ std::optional<ProducerEntry> Log::Producer(int64_t producer_id) const {
   return *e;
 }
 
+absl::flat_hash_map<int64_t, Log::ProducerLastRecord> Log::LastRecordsOfProducers() const {
+  MutexLock lock(&append_mu_);
+  absl::flat_hash_map<int64_t, ProducerLastRecord> out;
+  for (const auto& [id, entry] : producers_.producers()) {
+    ProducerLastRecord r;
+    r.epoch = entry.epoch;
+    if (!entry.empty()) r.last_data_offset = entry.batch(entry.count() - 1).last_offset;
+    out[id] = r;
+  }
+  return out;
+}
+
 int Log::RemoveExpiredProducers() {
   MutexLock lock(&append_mu_);
   if (producers_.size() == 0) return 0;
@@ -1311,15 +1323,6 @@ Status Log::ReplaceSegments(const std::vector<std::shared_ptr<Segment>>& old_seg
         return absl::FailedPreconditionError("a segment is no longer a non-active segment");
       }
       ++it;
-    }
-  }
-  // The aborted transactions of the group go with it (the cleaner keeps transactional
-  // batches and markers as they are).
-  if (replacement->LastAbortedTxnOffset() < 0) {
-    for (const std::shared_ptr<Segment>& old : old_segments) {
-      for (const AbortedTxn& txn : old->AbortedTxns()) {
-        RUNNEL_RETURN_IF_ERROR(replacement->AppendAbortedTxn(txn));
-      }
     }
   }
   RUNNEL_RETURN_IF_ERROR(replacement->Flush());

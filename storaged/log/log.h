@@ -234,7 +234,8 @@ class Log {
   // For the cleaner: a snapshot of the segments (oldest first), the active one last.
   std::vector<std::shared_ptr<Segment>> Segments() const;
   // Swaps a non-active segment for its cleaned copy, crash-safely: `replacement` was opened
-  // with suffix ".cleaned" at the same base offset and holds a subset of its batches. Its
+  // with suffix ".cleaned" at the same base offset and holds a subset of its batches (its
+  // .txnindex, written by the cleaner, the aborted transactions that stay). Its
   // files are flushed and renamed ".swap", the old segment's renamed ".deleted" (returned in
   // to_unlink for later unlinking), then the swap files take the final names. A restart
   // finding "<base>.log.swap" finishes the swap; one finding ".cleaned" files drops them.
@@ -260,6 +261,15 @@ class Log {
 
   // A copy of a producer's state (nullopt when the log knows none), and how many it knows.
   std::optional<ProducerEntry> Producer(int64_t producer_id) const;
+  // For the cleaner (Kafka's lastRecordsOfActiveProducers): for every producer the state
+  // knows, the last offset of its last kept data batch (-1 when none, e.g. after a marker of
+  // a new epoch) and its epoch; compaction keeps the batch holding it (or, with none, the
+  // producer's marker of that epoch) so the producer state survives a rebuild.
+  struct ProducerLastRecord {
+    int64_t last_data_offset = -1;
+    int16_t epoch = kNoProducerEpoch;
+  };
+  absl::flat_hash_map<int64_t, ProducerLastRecord> LastRecordsOfProducers() const;
   size_t ProducerCount() const;
   // Forgets producers idle for producer.id.expiration.ms with no ongoing transaction;
   // returns how many. A snapshot's expired producers are dropped as it loads, too.
