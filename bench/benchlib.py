@@ -344,7 +344,9 @@ class Bench:
         run's line. Nothing here; kafka-vs-kafka measures the topic's bytes on disk."""
         return ""
 
-    def produce_case(self, target, case, record_size, acks, records):
+    def produce_case(self, target, case, record_size, acks, records, perf_args=()):
+        """`perf_args`: more kafka_perf produce arguments (-X properties, a transactional id);
+        the run's JSON is kept as self.last_produce."""
         topic = self.topic(case)
         target.create_topic(topic, self.args.produce_partitions, self.perf)
         try:
@@ -352,7 +354,8 @@ class Bench:
                 "produce", "--topic", topic, "--records", str(records),
                 "--record-size", str(record_size), "--acks", acks,
                 "--linger-ms", str(self.args.linger_ms), "--batch-size", str(self.args.batch_size),
-                "--compression", "none"])
+                "--compression", "none", *perf_args])
+            self.last_produce = r
             extra = self.produced(target, case, topic, r)
         finally:
             self.delete_topic(target, topic)

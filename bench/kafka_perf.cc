@@ -4,6 +4,7 @@
 //   kafka_perf produce --bootstrap B --topic T --records N --record-size BYTES
 //                      [--acks 0|1|all] [--linger-ms MS] [--batch-size BYTES]
 //                      [--compression none|gzip|snappy|lz4|zstd] [--partitions P]
+//                      [--transactional-id ID [--txn-interval-ms MS]]
 //   kafka_perf consume --bootstrap B --topic T [--records N] [--passes K] [--fetch-wait-ms MS]
 //   kafka_perf latency --bootstrap B --topic T[,T2...] [--rate R] [--duration-s S] [--warmup-s S]
 //                      [--record-size BYTES] [--acks 0|1|all] [--linger-ms MS]
@@ -19,7 +20,9 @@
 // produce: N records of BYTES each, record i to partition i % P (P = all the topic's
 //   partitions unless --partitions), null keys, one random-but-fixed payload (seeded, the
 //   same bytes every run) handed to librdkafka without a copy. The clock runs from the first
-//   produce call to the last delivery report.
+//   produce call to the last delivery report. With --transactional-id the records go in
+//   transactions of --txn-interval-ms (100) each: at the end of each, rd_kafka_flush, then
+//   rd_kafka_commit_transaction, whose time alone (EndTxn) gives the commit percentiles.
 // consume: reads the topic from each partition's log start offset to the high watermark
 //   found at start (or the first N records), with rd_kafka_assign (no group membership),
 //   K times over (one pass = one assign from the start), checking that each partition's
@@ -342,9 +345,43 @@ bool Flush(rd_kafka_t* rk, const Deliveries& d, int64_t produced) {
   return true;
 }
 
+// The q-quantile of sorted nanoseconds, in milliseconds.
+double Percentile(const std::vector<int64_t>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  size_t rank = static_cast<size_t>(q * static_cast<double>(sorted.size()));
+  if (rank >= sorted.size()) rank = sorted.size() - 1;
+  return static_cast<double>(sorted[rank]) / 1e6;
+}
+
+// Ends the ongoing transaction: delivers what is in flight (rd_kafka_flush), then commits;
+// the commit's own time (EndTxn and the coordinator's answer) is added to `commit_ns`.
+bool CommitTransaction(rd_kafka_t* rk, std::vector<int64_t>& commit_ns) {
+  if (rd_kafka_flush(rk, 60000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    fmt::print(stderr, "kafka_perf: flush before the commit timed out\n");
+    return false;
+  }
+  const int64_t t0 = NowNs();
+  rd_kafka_error_t* error = rd_kafka_commit_transaction(rk, 60000);
+  if (error != nullptr) {
+    fmt::print(stderr, "kafka_perf: commit_transaction: {}\n", rd_kafka_error_string(error));
+    rd_kafka_error_destroy(error);
+    return false;
+  }
+  commit_ns.push_back(NowNs() - t0);
+  return true;
+}
+
+bool TxnCall(rd_kafka_error_t* error, const char* what) {
+  if (error == nullptr) return true;
+  fmt::print(stderr, "kafka_perf: {}: {}\n", what, rd_kafka_error_string(error));
+  rd_kafka_error_destroy(error);
+  return false;
+}
+
 int Produce(Options& opt) {
   if (!opt.CheckKnown({"bootstrap", "topic", "records", "record-size", "acks", "linger-ms",
-                       "batch-size", "compression", "partitions"})) {
+                       "batch-size", "compression", "partitions", "transactional-id",
+                       "txn-interval-ms"})) {
     return kExitUsage;
   }
   const std::string bootstrap = opt.Str("bootstrap");
@@ -356,12 +393,14 @@ int Produce(Options& opt) {
   const int64_t batch_size = opt.Int("batch-size", 1000000, 1, 2147483647);
   const std::string compression = opt.Str("compression", "none");
   const int64_t want_partitions = opt.Int("partitions", 0, 0, 1 << 20);
+  const std::string transactional_id = opt.Str("transactional-id");
+  const int64_t txn_interval_ms = opt.Int("txn-interval-ms", 100, 1, 3600000);
   if (!opt.ok()) return kExitUsage;
   if (bootstrap.empty() || topic.empty() || !opt.Has("records") || !opt.Has("record-size") ||
-      !ValidAcks(acks)) {
+      !ValidAcks(acks) || (!transactional_id.empty() && acks != "all")) {
     fmt::print(stderr,
                "kafka_perf produce: --bootstrap, --topic, --records and --record-size are "
-               "required; --acks is 0, 1 or all\n");
+               "required; --acks is 0, 1 or all (all with --transactional-id)\n");
     return kExitUsage;
   }
 
@@ -372,6 +411,7 @@ int Produce(Options& opt) {
   conf.Set("linger.ms", std::to_string(linger_ms));
   conf.Set("batch.size", std::to_string(batch_size));
   conf.Set("compression.codec", compression);
+  if (!transactional_id.empty()) conf.Set("transactional.id", transactional_id);
   conf.SetAll(opt.props());
   if (!conf.ok()) return kExitUsage;
   rd_kafka_conf_set_dr_msg_cb(conf.get(), OnDelivery);
@@ -394,13 +434,33 @@ int Produce(Options& opt) {
     return kExitUsage;
   }
 
+  // Transactions: the producer id first (outside the clock), then one transaction per
+  // --txn-interval-ms, each ended by a commit.
+  const bool transactional = !transactional_id.empty();
+  std::vector<int64_t> commit_ns;
+  if (transactional && !TxnCall(rd_kafka_init_transactions(rk, 30000), "init_transactions")) {
+    rd_kafka_destroy(rk);
+    return kExitFailed;
+  }
   std::vector<char> payload = FixedRandomPayload(static_cast<size_t>(record_size));
   rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk, topic.c_str(), nullptr);
   const double cpu0 = ClientCpuSeconds();
   const int64_t t0 = NowNs();
   int64_t produced = 0;
   bool produce_error = false;
+  int64_t txn_started = t0;
+  if (transactional && !TxnCall(rd_kafka_begin_transaction(rk), "begin_transaction")) {
+    produce_error = true;
+  }
   for (int64_t i = 0; i < records && !produce_error; ++i) {
+    if (transactional && (i & 63) == 0 && NowNs() - txn_started >= txn_interval_ms * 1'000'000) {
+      if (!CommitTransaction(rk, commit_ns) ||
+          !TxnCall(rd_kafka_begin_transaction(rk), "begin_transaction")) {
+        produce_error = true;
+        break;
+      }
+      txn_started = NowNs();
+    }
     const int32_t partition = static_cast<int32_t>(i % partitions);
     // msgflags 0: librdkafka keeps a pointer to `payload` (alive until the end), no copy.
     while (rd_kafka_produce(rkt, partition, 0, payload.data(), payload.size(), nullptr, 0,
@@ -416,8 +476,10 @@ int Produce(Options& opt) {
     if (!produce_error) ++produced;
     if ((i & 1023) == 0) rd_kafka_poll(rk, 0);
   }
+  if (transactional && !produce_error && !CommitTransaction(rk, commit_ns)) produce_error = true;
   const bool flushed = Flush(rk, deliveries, produced);
   const int64_t t1 = NowNs();
+  std::sort(commit_ns.begin(), commit_ns.end());
   const double client_cpu = ClientCpuSeconds() - cpu0;
   rd_kafka_topic_destroy(rkt);
   rd_kafka_destroy(rk);
@@ -435,8 +497,16 @@ int Produce(Options& opt) {
              topic, records, record_size, partitions, acks, linger_ms, batch_size, compression,
              rate, mib / elapsed, elapsed, client_cpu, deliveries.ok, deliveries.failed,
              deliveries.failed ? " (first error: " + deliveries.first_error + ")" : "");
+  if (transactional) {
+    fmt::print(stderr, "  {} transactions committed, commit p50 {:.2f} ms, p99 {:.2f} ms\n",
+               commit_ns.size(), Percentile(commit_ns, 0.5), Percentile(commit_ns, 0.99));
+  }
   fmt::print(
-      "{{\"bench\":\"produce\",\"topic\":\"{}\",\"records\":{},\"record_size\":{},"
+      "{{\"bench\":\"produce\",\"transactions\":{},\"commit_p50_ms\":{:.3f},"
+      "\"commit_p99_ms\":{:.3f},",
+      commit_ns.size(), Percentile(commit_ns, 0.5), Percentile(commit_ns, 0.99));
+  fmt::print(
+      "\"topic\":\"{}\",\"records\":{},\"record_size\":{},"
       "\"partitions\":{},\"acks\":\"{}\",\"linger_ms\":{},\"batch_size\":{},"
       "\"compression\":\"{}\",\"delivered\":{},\"failed\":{},\"bytes\":{},\"elapsed_s\":{:.6f},"
       "\"records_per_s\":{:.1f},\"mib_per_s\":{:.3f},\"client_cpu_s\":{:.3f},\"ok\":{}}}\n",
@@ -736,13 +806,6 @@ void SleepUntil(int64_t when_ns) {
               static_cast<long>(when_ns % 1'000'000'000)};
   while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
   }
-}
-
-double Percentile(const std::vector<int64_t>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  size_t rank = static_cast<size_t>(q * static_cast<double>(sorted.size()));
-  if (rank >= sorted.size()) rank = sorted.size() - 1;
-  return static_cast<double>(sorted[rank]) / 1e6;
 }
 
 int Latency(Options& opt) {

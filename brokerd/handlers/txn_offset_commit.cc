@@ -57,41 +57,52 @@ ErrorCode ValidateCommitter(group::GroupSlot* slot, const TxnOffsetCommitRequest
   return error == ErrorCode::kStaleMemberEpoch ? ErrorCode::kIllegalGeneration : error;
 }
 
-// The commit once the group's partition is known to be in the transaction: the committer's
-// checks, then the write.
-void CommitChecked(BrokerContext& broker, const TxnOffsetCommitRequest& req,
-                   const std::vector<CommitItem>& valid,
-                   const std::shared_ptr<TxnOffsetCommitResponse>& resp,
-                   const std::shared_ptr<RequestContext>& ctx, const Respond& respond) {
-  const int16_t version = ctx->header.api_version;
-  auto set_all = [&resp, &valid, &ctx, &respond, version](ErrorCode error) {
-    if (error == ErrorCode::kCoordinatorLoadInProgress && version < kFirstLoadInProgressVersion) {
+// The answer under construction; a group-level error goes on every partition that reached
+// the group.
+struct Answer {
+  std::shared_ptr<RequestContext> ctx;
+  Respond respond;
+  TxnOffsetCommitResponse resp;
+  std::vector<CommitItem> valid;
+
+  void Send() { respond(EncodeResponse(*ctx, resp)); }
+  void All(ErrorCode error) {
+    if (error == ErrorCode::kCoordinatorLoadInProgress &&
+        ctx->header.api_version < kFirstLoadInProgressVersion) {
       error = ErrorCode::kCoordinatorNotAvailable;
     }
     for (const CommitItem& it : valid) {
-      resp->topics[it.topic].partitions[it.partition].error_code = error;
+      resp.topics[it.topic].partitions[it.partition].error_code = error;
     }
-    respond(EncodeResponse(*ctx, *resp));
-  };
+    Send();
+  }
+};
+
+// The commit once the group's partition is known to be in the transaction: the committer's
+// checks, then the write.
+void CommitChecked(BrokerContext& broker, const TxnOffsetCommitRequest& req,
+                   const std::shared_ptr<Answer>& answer) {
+  const int16_t version = answer->ctx->header.api_version;
   // Routed again: a v5+ commit gets here after the transaction's write.
   group::Coordinator::Route route = broker.groups.RouteGroup(req.group_id);
-  if (route.error != ErrorCode::kNone) return set_all(route.error);
+  if (route.error != ErrorCode::kNone) return answer->All(route.error);
   group::Shard& shard = *route.shard;
   if (ErrorCode error = ValidateCommitter(shard.Find(req.group_id), req, version);
       error != ErrorCode::kNone) {
-    return set_all(error);
+    return answer->All(error);
   }
   std::vector<CommitItem> written;
   std::vector<group::Shard::Commit> commits =
-      CommitsOf(valid, req.topics, resp->topics, shard, version >= kFirstLeaderEpochVersion,
-                shard.NowMs(), /*expire_at=*/-1, &written);
-  if (commits.empty()) return respond(EncodeResponse(*ctx, *resp));
+      CommitsOf(answer->valid, req.topics, answer->resp.topics, shard,
+                version >= kFirstLeaderEpochVersion, shard.NowMs(), /*expire_at=*/-1, &written);
+  if (commits.empty()) return answer->Send();
   shard.CommitTxnOffsets(req.group_id, req.producer_id.value(), req.producer_epoch,
-                         std::move(commits), [resp, written, ctx, respond](ErrorCode error) {
+                         std::move(commits), [answer, written](ErrorCode error) {
                            for (const CommitItem& it : written) {
-                             resp->topics[it.topic].partitions[it.partition].error_code = error;
+                             answer->resp.topics[it.topic].partitions[it.partition].error_code =
+                                 error;
                            }
-                           respond(EncodeResponse(*ctx, *resp));
+                           answer->Send();
                          });
 }
 
@@ -102,51 +113,35 @@ void HandleTxnOffsetCommit(BrokerContext& broker, std::unique_ptr<RequestContext
   auto req = std::make_shared<TxnOffsetCommitRequest>();
   if (!DecodeRequest(*ctx, req.get())) return respond(Response::Close());
   const int16_t version = ctx->header.api_version;
-
-  auto resp = std::make_shared<TxnOffsetCommitResponse>();
-  const std::vector<CommitItem> valid = CheckCommitTopics(
-      broker.metadata, version >= kFirstTopicIdVersion, req->topics, &resp->topics);
-  auto set_all = [&resp, &valid, &ctx, &respond, version](ErrorCode error) {
-    if (error == ErrorCode::kCoordinatorLoadInProgress && version < kFirstLoadInProgressVersion) {
-      error = ErrorCode::kCoordinatorNotAvailable;
-    }
-    for (const CommitItem& it : valid) {
-      resp->topics[it.topic].partitions[it.partition].error_code = error;
-    }
-    respond(EncodeResponse(*ctx, *resp));
-  };
-  if (valid.empty()) return respond(EncodeResponse(*ctx, *resp));
+  auto answer = std::make_shared<Answer>();
+  answer->ctx = std::move(ctx);
+  answer->respond = std::move(respond);
+  answer->valid = CheckCommitTopics(broker.metadata, version >= kFirstTopicIdVersion, req->topics,
+                                    &answer->resp.topics);
+  if (answer->valid.empty()) return answer->Send();
 
   group::Coordinator::Route route = broker.groups.RouteGroup(req->group_id);
-  if (route.error != ErrorCode::kNone) return set_all(route.error);
+  if (route.error != ErrorCode::kNone) return answer->All(route.error);
   if (req->producer_id.value() < 0 || req->producer_epoch < 0) {
-    return set_all(ErrorCode::kInvalidProducerIdMapping);
+    return answer->All(ErrorCode::kInvalidProducerIdMapping);
   }
   const txn::TxnPartition offsets_partition{std::string(group::kOffsetsTopic),
                                             route.shard->partition()};
   txn::TxnCoordinator::Route txn_route = broker.txns.RouteId(req->transactional_id);
-  std::shared_ptr<RequestContext> shared_ctx = std::move(ctx);
   if (version >= kFirstImplicitAddVersion) {
     // KIP-890 part 2: the group's partition joins the transaction here (no AddOffsetsToTxn).
-    auto fail = [resp, valid, shared_ctx, respond](ErrorCode error) {
-      for (const CommitItem& it : valid) {
-        resp->topics[it.topic].partitions[it.partition].error_code = error;
-      }
-      respond(EncodeResponse(*shared_ctx, *resp));
-    };
-    if (txn_route.error != ErrorCode::kNone) return fail(ErrorCode::kNotEnoughReplicas);
+    if (txn_route.error != ErrorCode::kNone) return answer->All(ErrorCode::kNotEnoughReplicas);
     return txn_route.shard->AddPartitions(
         req->transactional_id, req->producer_id.value(), req->producer_epoch, {offsets_partition},
-        txn::kTransactionVersion2,
-        [&broker, req, valid, resp, shared_ctx, respond, fail](ErrorCode error) {
+        txn::kTransactionVersion2, [&broker, req, answer](ErrorCode error) {
           switch (error) {
             case ErrorCode::kNone:
-              return CommitChecked(broker, *req, valid, resp, shared_ctx, respond);
+              return CommitChecked(broker, *req, answer);
             case ErrorCode::kNotCoordinator:
             case ErrorCode::kCoordinatorLoadInProgress:
-              return fail(ErrorCode::kNotEnoughReplicas);
+              return answer->All(ErrorCode::kNotEnoughReplicas);
             default:
-              return fail(txn::VerificationError(error, /*abortable_known=*/true));
+              return answer->All(txn::VerificationError(error, /*abortable_known=*/true));
           }
         });
   }
@@ -157,14 +152,9 @@ void HandleTxnOffsetCommit(BrokerContext& broker, std::unique_ptr<RequestContext
         txn_route.shard->Verify(req->transactional_id, req->producer_id.value(),
                                 req->producer_epoch, offsets_partition),
         version >= kFirstTransactionAbortableVersion);
-    if (error != ErrorCode::kNone) {
-      for (const CommitItem& it : valid) {
-        resp->topics[it.topic].partitions[it.partition].error_code = error;
-      }
-      return respond(EncodeResponse(*shared_ctx, *resp));
-    }
+    if (error != ErrorCode::kNone) return answer->All(error);
   }
-  CommitChecked(broker, *req, valid, resp, shared_ctx, respond);
+  CommitChecked(broker, *req, answer);
 }
 
 }  // namespace runnel::brokerd

@@ -43,6 +43,13 @@ bool ExpectedIsValid(const TxnMetadata& m, const ProducerIdAndEpoch& e) {
          (e.producer_id == m.previous_producer_id && EpochExhausted(e.producer_epoch));
 }
 
+// EndTxn while the markers of a Prepare state are out: the same end again is
+// CONCURRENT_TRANSACTIONS (the client retries), the other one INVALID_TXN_STATE.
+ErrorCode WhileEnding(TxnState prepared, bool commit) {
+  return commit == (prepared == TxnState::kPrepareCommit) ? ErrorCode::kConcurrentTransactions
+                                                          : ErrorCode::kInvalidTxnState;
+}
+
 }  // namespace
 
 std::string_view TxnStateName(TxnState state) {
@@ -193,11 +200,8 @@ Transition PrepareEndTxn(const TxnMetadata& m, bool pending, bool pending_fence,
     case TxnState::kCompleteAbort:
       return {commit ? ErrorCode::kInvalidTxnState : ErrorCode::kNone, std::nullopt};
     case TxnState::kPrepareCommit:
-      return {commit ? ErrorCode::kConcurrentTransactions : ErrorCode::kInvalidTxnState,
-              std::nullopt};
     case TxnState::kPrepareAbort:
-      return {commit ? ErrorCode::kInvalidTxnState : ErrorCode::kConcurrentTransactions,
-              std::nullopt};
+      return {WhileEnding(m.state, commit), std::nullopt};
     case TxnState::kEmpty:
       return {ErrorCode::kInvalidTxnState, std::nullopt};
     case TxnState::kDead:
@@ -268,11 +272,8 @@ Transition PrepareEndTxnV2(const TxnMetadata& m, bool pending, bool pending_fenc
       if (commit) return {ErrorCode::kInvalidTxnState, std::nullopt};
       return prepare(TxnState::kPrepareAbort, true);
     case TxnState::kPrepareCommit:
-      return {commit ? ErrorCode::kConcurrentTransactions : ErrorCode::kInvalidTxnState,
-              std::nullopt};
     case TxnState::kPrepareAbort:
-      return {commit ? ErrorCode::kInvalidTxnState : ErrorCode::kConcurrentTransactions,
-              std::nullopt};
+      return {WhileEnding(m.state, commit), std::nullopt};
     case TxnState::kDead:
     case TxnState::kPrepareEpochFence:
       return {ErrorCode::kConcurrentTransactions, std::nullopt};
