@@ -1,0 +1,342 @@
+"""Exactly once end to end, with real clients and real faults.
+
+- Consume-transform-produce (confluent_kafka): a transactional loop reads an input topic in a
+  consumer group (read_committed), writes each record transformed to an output topic and
+  commits the group's offsets in the same transaction (send_offsets_to_transaction) every
+  BATCH records. brokerd is kill -9'd with a transaction open. The loop recovers as an
+  application does: it aborts on abortable errors, makes a new producer on fatal ones,
+  retries retriable ones, and rewinds to the group's committed offsets after an abort or a
+  rebalance. Then the output is the input transformed, exactly once and in order per
+  partition, and the group's committed offsets are the input's ends.
+- A whole-node restart, by SIGTERM and by kill -9 of every process (supervisor and roles):
+  an idempotent producer's state survives (its last batch retried after the restart is
+  answered as a duplicate with its first offsets, its sequence continues, a gap is refused)
+  and so does the transaction coordinator's (an open transaction is still Ongoing and can be
+  aborted, a completed one is listed with its state, a transactional id's epoch continues).
+"""
+import os
+import signal
+import time
+import unittest
+
+from harness import Node, wait_until
+from kafka_wire import Connection, record_batch
+from test_transactions import (NODE_CONFIG, NONE, add_partitions, create_topic, describe_txns,
+                               end_txn, find_txn_coordinator, init_txn, list_txns)
+from test_idempotence import init_producer_id
+
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+
+CTP_RECORDS = 3000
+CTP_PARTITIONS = 3
+CTP_BATCH = 100  # records per transaction
+
+
+def transform(value):
+    return b"out:" + value
+
+
+class ConsumeTransformProduceTest(unittest.TestCase):
+    def setUp(self):
+        self.node = Node(NODE_CONFIG).start()
+        self.addCleanup(self.node.cleanup)
+
+    def fill_input(self, topic):
+        """CTP_RECORDS records, record i (8 bytes, big-endian i) in partition i % partitions."""
+        from confluent_kafka import Producer
+        p = Producer({"bootstrap.servers": self.node.bootstrap, "enable.idempotence": True,
+                      "linger.ms": 5})
+        for i in range(CTP_RECORDS):
+            p.produce(topic, i.to_bytes(8, "big"), partition=i % CTP_PARTITIONS)
+            p.poll(0)
+        self.assertEqual(p.flush(30), 0)
+        return {part: [i.to_bytes(8, "big") for i in range(part, CTP_RECORDS, CTP_PARTITIONS)]
+                for part in range(CTP_PARTITIONS)}
+
+    def read_committed(self, topic):
+        """{partition: [values]} of the whole topic, read_committed, without a group."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+        c = Consumer({"bootstrap.servers": self.node.bootstrap, "group.id": f"check-{topic}",
+                      "isolation.level": "read_committed", "enable.partition.eof": True,
+                      "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        c.assign([TopicPartition(topic, p, 0) for p in range(CTP_PARTITIONS)])
+        got, at_end = {p: [] for p in range(CTP_PARTITIONS)}, set()
+        deadline = time.monotonic() + 60
+        try:
+            while len(at_end) < CTP_PARTITIONS and time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is None:
+                    continue
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        at_end.add(m.partition())
+                    continue
+                got[m.partition()].append(m.value())
+        finally:
+            c.close()
+        self.assertEqual(len(at_end), CTP_PARTITIONS, "the end of every partition was reached")
+        return got
+
+    def test_output_is_the_input_exactly_once_through_a_brokerd_kill(self):
+        from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+        src, dst, group = "ctp-in", "ctp-out", "ctp"
+        create_topic(self.node.bootstrap, src, CTP_PARTITIONS)
+        create_topic(self.node.bootstrap, dst, CTP_PARTITIONS)
+        expected = self.fill_input(src)
+
+        def new_producer():
+            p = Producer({"bootstrap.servers": self.node.bootstrap, "transactional.id": "ctp-app",
+                          "message.timeout.ms": 30000, "transaction.timeout.ms": 30000,
+                          "linger.ms": 5})
+            p.init_transactions(60)
+            return p
+
+        rebalanced = []
+        consumer = Consumer({"bootstrap.servers": self.node.bootstrap, "group.id": group,
+                             "isolation.level": "read_committed", "enable.auto.commit": False,
+                             "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
+                             "heartbeat.interval.ms": 500})
+        self.addCleanup(consumer.close)
+        consumer.subscribe([src], on_assign=lambda c, ps: rebalanced.append("assign"),
+                           on_revoke=lambda c, ps: rebalanced.append("revoke"))
+        producer = new_producer()
+
+        def rewind():
+            """Every assigned partition back to the group's committed offset."""
+            assignment = consumer.assignment()
+            for tp in consumer.committed(assignment, timeout=30):
+                consumer.seek(TopicPartition(tp.topic, tp.partition,
+                                             tp.offset if tp.offset >= 0 else 0))
+
+        def retrying(step):
+            """step() again while it fails with a retriable error (a few times)."""
+            for _ in range(10):
+                try:
+                    return step()
+                except KafkaException as e:
+                    if not e.args[0].retriable() or e.args[0].txn_requires_abort():
+                        raise
+                    stats["retries"] += 1
+            return step()
+
+        stats = {"commits": 0, "aborts": 0, "new_producers": 0, "retries": 0}
+        committed = {}  # partition: the offset the last committed transaction gave the group
+        in_txn, pending = False, 0
+        killed_brokerd = None
+        started = time.monotonic()
+        deadline = started + 180
+        while sum(committed.values()) < CTP_RECORDS:
+            self.assertLess(time.monotonic(), deadline, f"the loop stalled: {committed} {stats}")
+            try:
+                if not in_txn:
+                    producer.begin_transaction()
+                    in_txn, pending = True, 0
+                m = consumer.poll(0.1)
+                if rebalanced:
+                    # What was read before the rebalance may be read again: drop it.
+                    rebalanced.clear()
+                    if pending:
+                        retrying(lambda: producer.abort_transaction(60))
+                        stats["aborts"] += 1
+                        in_txn = False
+                        rewind()
+                        continue
+                if m is not None and not m.error():
+                    while True:
+                        try:
+                            producer.produce(dst, transform(m.value()), partition=m.partition())
+                            break
+                        except BufferError:
+                            producer.poll(0.1)
+                    producer.poll(0)
+                    pending += 1
+                    if killed_brokerd is None and stats["commits"] == 10 and \
+                            pending == CTP_BATCH // 2:
+                        # Half a transaction written, some of it still in flight.
+                        killed_brokerd = self.node.kill_role("brokerd")
+                if pending >= CTP_BATCH or (m is None and pending):
+                    assignment = consumer.assignment()
+                    positions = [tp for tp in consumer.position(assignment) if tp.offset >= 0]
+                    producer.send_offsets_to_transaction(
+                        positions, consumer.consumer_group_metadata(), 60)
+                    retrying(lambda: producer.commit_transaction(60))
+                    in_txn = False
+                    stats["commits"] += 1
+                    for tp in positions:
+                        committed[tp.partition] = tp.offset
+            except KafkaException as e:
+                error = e.args[0]
+                if error.fatal():
+                    producer = new_producer()  # fences and aborts the old instance's transaction
+                    stats["new_producers"] += 1
+                elif error.txn_requires_abort():
+                    retrying(lambda: producer.abort_transaction(60))
+                    stats["aborts"] += 1
+                elif error.retriable():
+                    stats["retries"] += 1
+                    continue  # the same step again (a produce is not retried: librdkafka does)
+                else:
+                    raise
+                in_txn = False
+                rewind()
+        elapsed = time.monotonic() - started
+        print(f"\nconsume-transform-produce: {CTP_RECORDS} records in {elapsed:.1f} s, {stats}")
+        self.assertIsNotNone(killed_brokerd, "brokerd was killed in the middle of the run")
+        self.assertGreaterEqual(self.node.status()["brokerd"]["restarts"], 1)
+
+        # The group's offsets are the input's ends, as a new member of the group reads them.
+        self.assertEqual(committed, {p: len(expected[p]) for p in range(CTP_PARTITIONS)})
+        fresh = Consumer({"bootstrap.servers": self.node.bootstrap, "group.id": group,
+                          "isolation.level": "read_committed"})
+        try:
+            offsets = fresh.committed([TopicPartition(src, p) for p in range(CTP_PARTITIONS)],
+                                      timeout=30)
+        finally:
+            fresh.close()
+        self.assertEqual({tp.partition: tp.offset for tp in offsets}, committed)
+        # Each input record transformed once, in the input's order.
+        got = self.read_committed(dst)
+        for p in range(CTP_PARTITIONS):
+            self.assertEqual(len(got[p]), len(expected[p]), f"partition {p}")
+            self.assertEqual(got[p], [transform(v) for v in expected[p]], f"partition {p}")
+
+
+class NodeRestartStateTest(unittest.TestCase):
+    """Producer and coordinator state across a restart of the whole node."""
+
+    def setUp(self):
+        self.node = Node(NODE_CONFIG).start()
+        self.addCleanup(self.node.cleanup)
+        create_topic(self.node.bootstrap, "st", 2)
+
+    def connect(self):
+        conn = Connection(self.node.bootstrap)
+        self.addCleanup(conn.sock.close)
+        wait_until(lambda: find_txn_coordinator(conn, "st-open") == (NONE, 1), 60,
+                   "the transaction coordinator")
+        wait_until(lambda: find_txn_coordinator(conn, "st-done") == (NONE, 1), 60,
+                   "the transaction coordinator")
+        return conn
+
+    def kill_node(self):
+        """kill -9 of the supervisor and every role: the supervisor is stopped first so that
+        it restarts nothing, and killed last (its roles would get SIGTERM on its death)."""
+        pids = [self.node.role_pid(r) for r in ("controllerd", "storaged", "brokerd")]
+        supervisor = self.node.proc
+        os.kill(supervisor.pid, signal.SIGSTOP)
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        os.kill(supervisor.pid, signal.SIGKILL)
+        supervisor.wait(timeout=30)
+
+        def gone(pid):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+            except FileNotFoundError:
+                return True
+        wait_until(lambda: all(gone(p) for p in pids), 30, "the roles gone")
+        self.node.proc = None
+        self.node.log_file.close()
+
+    def restart(self, how):
+        if how == "sigterm":
+            self.assertEqual(self.node.stop(), 0)
+        else:
+            self.kill_node()
+        self.node.start()
+
+    def produce(self, conn, topic, partition, batch, txn_id=None):
+        got = conn.produce(8, -1, topic, {partition: batch}, transactional_id=txn_id)
+        return got[(topic, partition)]["error"], got[(topic, partition)]["base_offset"]
+
+    def state_survives(self, how):
+        conn = self.connect()
+        # Now: a producer whose last batch is older than producer.id.expiration.ms (a day)
+        # is dropped at load, as in Kafka.
+        now = int(time.time() * 1000)
+
+        # An idempotent producer: two batches of 5 to partition 0.
+        error, idem, _ = init_producer_id(conn, 4)
+        self.assertEqual(error, NONE)
+
+        def idem_batch(seq, n=5):
+            return record_batch([b"i%d" % (seq + k) for k in range(n)], now, producer_id=idem,
+                                producer_epoch=0, base_sequence=seq)
+        self.assertEqual(self.produce(conn, "st", 0, idem_batch(0)), (NONE, 0))
+        self.assertEqual(self.produce(conn, "st", 0, idem_batch(5)), (NONE, 5))
+
+        # A transactional id with a committed transaction.
+        error, done_pid, done_epoch = init_txn(conn, "st-done")
+        self.assertEqual((error, done_epoch), (NONE, 0))
+        self.assertEqual(add_partitions(conn, "st-done", done_pid, 0, {"st": [1]}),
+                         {("st", 1): NONE})
+        self.assertEqual(self.produce(conn, "st", 1, record_batch(
+            [b"committed"], now, attributes=0x10, producer_id=done_pid, producer_epoch=0,
+            base_sequence=0), "st-done")[0], NONE)
+        self.assertEqual(end_txn(conn, "st-done", done_pid, 0, commit=True), NONE)
+        wait_until(lambda: list_txns(conn, pattern="st-done")[2] == {"st-done": "CompleteCommit"},
+                   30, "the commit completed")
+        # And one open, with a record in partition 1.
+        error, open_pid, open_epoch = init_txn(conn, "st-open")
+        self.assertEqual((error, open_epoch), (NONE, 0))
+        self.assertEqual(add_partitions(conn, "st-open", open_pid, 0, {"st": [1]}),
+                         {("st", 1): NONE})
+        self.assertEqual(self.produce(conn, "st", 1, record_batch(
+            [b"open"], now, attributes=0x10, producer_id=open_pid, producer_epoch=0,
+            base_sequence=0), "st-open")[0], NONE)
+
+        self.restart(how)
+        conn = self.connect()
+
+        # The retried last batch is a duplicate: its first offset, nothing appended.
+        self.assertEqual(self.produce(conn, "st", 0, idem_batch(5)), (NONE, 5))
+        # The sequence continues where it was, and a gap is refused.
+        self.assertEqual(self.produce(conn, "st", 0, idem_batch(10)), (NONE, 10))
+        self.assertEqual(self.produce(conn, "st", 0, idem_batch(20))[0],
+                         OUT_OF_ORDER_SEQUENCE_NUMBER)
+        self.assertEqual(self.produce(conn, "st", 0, idem_batch(15)), (NONE, 15))
+
+        # The coordinator: both transactions as they were.
+        self.assertEqual(list_txns(conn, pattern="st-.*")[2],
+                         {"st-open": "Ongoing", "st-done": "CompleteCommit"})
+        self.assertEqual(describe_txns(conn, ["st-open"])["st-open"],
+                         (NONE, "Ongoing", open_pid, 0, {"st": [1]}))
+        # The open one can be aborted, and its record is never read.
+        self.assertEqual(end_txn(conn, "st-open", open_pid, 0, commit=False), NONE)
+        wait_until(lambda: list_txns(conn, pattern="st-open")[2] == {"st-open": "CompleteAbort"},
+                   30, "the abort completed")
+        # The epochs continue.
+        self.assertEqual(init_txn(conn, "st-done"), (NONE, done_pid, 1))
+        self.assertEqual(init_txn(conn, "st-open"), (NONE, open_pid, 1))
+        self.assertEqual(self.read_committed_values(), [b"committed"])
+
+    def read_committed_values(self):
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+        c = Consumer({"bootstrap.servers": self.node.bootstrap, "group.id": "st-check",
+                      "isolation.level": "read_committed", "enable.partition.eof": True,
+                      "enable.auto.commit": False})
+        c.assign([TopicPartition("st", 1, 0)])
+        values, deadline = [], time.monotonic() + 30
+        try:
+            while time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is None:
+                    continue
+                if m.error():
+                    self.assertEqual(m.error().code(), KafkaError._PARTITION_EOF, m.error())
+                    break
+                values.append(m.value())
+        finally:
+            c.close()
+        return values
+
+    def test_sigterm(self):
+        self.state_survives("sigterm")
+
+    def test_kill_9_of_every_process(self):
+        self.state_survives("kill")
+
+
+if __name__ == "__main__":
+    unittest.main()
