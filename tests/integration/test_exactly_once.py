@@ -13,13 +13,20 @@
   answered as a duplicate with its first offsets, its sequence continues, a gap is refused)
   and so does the transaction coordinator's (an open transaction is still Ongoing and can be
   aborted, a completed one is listed with its state, a transactional id's epoch continues).
+- KafkaJS transactions (kafkajs_client.js txn): commits and aborts in turn, each with
+  records in every partition and the group offset of sendOffsets; a KafkaJS group consumer
+  (read_committed, KafkaJS's default) reads exactly the committed records in order, a
+  read_uncommitted read all of them, and the group's offset is the last committed one.
 """
+import json
 import os
 import signal
+import subprocess
 import time
 import unittest
 
 from harness import Node, wait_until
+from kafka_clients import HERE, ensure_kafkajs, parse_got_line
 from kafka_wire import Connection, record_batch
 from test_transactions import (NODE_CONFIG, NONE, add_partitions, create_topic, describe_txns,
                                end_txn, find_txn_coordinator, init_txn, list_txns)
@@ -336,6 +343,62 @@ class NodeRestartStateTest(unittest.TestCase):
 
     def test_kill_9_of_every_process(self):
         self.state_survives("kill")
+
+
+class KafkaJSTransactionsTest(unittest.TestCase):
+    TRANSACTIONS, PER_TXN, PARTITIONS, ABORT_EVERY = 12, 30, 3, 3
+
+    def setUp(self):
+        self.node_path = ensure_kafkajs()
+        self.node = Node(NODE_CONFIG).start()
+        self.addCleanup(self.node.cleanup)
+
+    def kafkajs(self, *args, timeout=120):
+        env = dict(os.environ, NODE_PATH=self.node_path, KAFKAJS_NO_PARTITIONER_WARNING="1")
+        out = subprocess.run(["node", os.path.join(HERE, "kafkajs_client.js"), *args],
+                             capture_output=True, text=True, timeout=timeout, env=env)
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        return out.stdout.splitlines()
+
+    def test_commit_and_abort_read_committed(self):
+        topic, group = "kjs", "kjs-offsets"
+        create_topic(self.node.bootstrap, topic, self.PARTITIONS)
+        lines = self.kafkajs("txn", self.node.bootstrap, topic, json.dumps({
+            "transactionalId": "kjs-txn", "transactions": self.TRANSACTIONS,
+            "perTxn": self.PER_TXN, "partitions": self.PARTITIONS,
+            "abortEvery": self.ABORT_EVERY, "group": group}))
+        outcomes = [l.split() for l in lines if l.startswith(("commit ", "abort "))]
+        committed = [int(t) for what, t in outcomes if what == "commit"]
+        self.assertEqual([int(t) for _, t in outcomes], list(range(self.TRANSACTIONS)))
+        self.assertEqual(len(committed), self.TRANSACTIONS - self.TRANSACTIONS // self.ABORT_EVERY)
+        # sendOffsets: the offset of the last committed transaction, not of a later aborted one.
+        self.assertEqual(lines[-1], f"offsets {max(committed) + 1}")
+        self.assertLess(max(committed), self.TRANSACTIONS - 1)
+
+        def values(txns):
+            per = {p: [] for p in range(self.PARTITIONS)}
+            for t in txns:
+                for i in range(self.PER_TXN):
+                    per[i % self.PARTITIONS].append(f"{t}:{i}")
+            return per
+
+        got = {p: [] for p in range(self.PARTITIONS)}
+        for line in self.kafkajs("group-consume", self.node.bootstrap, topic, json.dumps({
+                "group": "kjs-reader", "partitions": self.PARTITIONS, "timeoutMs": 60000})):
+            p, v = line.split("\t")
+            got[int(p)].append(v)
+        self.assertEqual(got, values(committed))
+
+        # read_uncommitted (the fetch of the consume mode): everything, "end" included.
+        every = values(range(self.TRANSACTIONS))
+        per = self.PER_TXN * self.TRANSACTIONS // self.PARTITIONS + 1
+        wants = ",".join(f"{p}:0:{per}" for p in range(self.PARTITIONS))
+        read = {p: [] for p in range(self.PARTITIONS)}
+        for line in self.kafkajs("consume", self.node.bootstrap, topic, wants,
+                                 json.dumps({"timeoutMs": 60000})):
+            g = parse_got_line(line)
+            read[g.partition].append(g.value.decode())
+        self.assertEqual(read, {p: every[p] + ["end"] for p in range(self.PARTITIONS)})
 
 
 if __name__ == "__main__":
