@@ -3,7 +3,9 @@
 - Consume-transform-produce (confluent_kafka): a transactional loop reads an input topic in a
   consumer group (read_committed), writes each record transformed to an output topic and
   commits the group's offsets in the same transaction (send_offsets_to_transaction) every
-  BATCH records. brokerd is kill -9'd with a transaction open. The loop recovers as an
+  BATCH records. brokerd is kill -9'd twice with a transaction open: once with records of it
+  in flight, once with its offsets sent (pending in the group coordinator) and the commit
+  not yet asked for. The loop recovers as an
   application does: it aborts on abortable errors, makes a new producer on fatal ones,
   retries retriable ones, and rewinds to the group's committed offsets after an abort or a
   rebalance. Then the output is the input transformed, exactly once and in order per
@@ -129,7 +131,7 @@ class ConsumeTransformProduceTest(unittest.TestCase):
         stats = {"commits": 0, "aborts": 0, "new_producers": 0, "retries": 0}
         committed = {}  # partition: the offset the last committed transaction gave the group
         in_txn, pending = False, 0
-        killed_brokerd = None
+        kills = []  # the pids of brokerd killed
         started = time.monotonic()
         deadline = started + 180
         while sum(committed.values()) < CTP_RECORDS:
@@ -157,15 +159,17 @@ class ConsumeTransformProduceTest(unittest.TestCase):
                             producer.poll(0.1)
                     producer.poll(0)
                     pending += 1
-                    if killed_brokerd is None and stats["commits"] == 10 and \
-                            pending == CTP_BATCH // 2:
+                    if not kills and stats["commits"] == 10 and pending == CTP_BATCH // 2:
                         # Half a transaction written, some of it still in flight.
-                        killed_brokerd = self.node.kill_role("brokerd")
+                        kills.append(self.node.kill_role("brokerd"))
                 if pending >= CTP_BATCH or (m is None and pending):
                     assignment = consumer.assignment()
                     positions = [tp for tp in consumer.position(assignment) if tp.offset >= 0]
                     producer.send_offsets_to_transaction(
                         positions, consumer.consumer_group_metadata(), 60)
+                    if len(kills) == 1 and stats["commits"] == 20:
+                        # The offsets pending in the group coordinator, the commit not sent.
+                        kills.append(self.node.kill_role("brokerd"))
                     retrying(lambda: producer.commit_transaction(60))
                     in_txn = False
                     stats["commits"] += 1
@@ -188,8 +192,8 @@ class ConsumeTransformProduceTest(unittest.TestCase):
                 rewind()
         elapsed = time.monotonic() - started
         print(f"\nconsume-transform-produce: {CTP_RECORDS} records in {elapsed:.1f} s, {stats}")
-        self.assertIsNotNone(killed_brokerd, "brokerd was killed in the middle of the run")
-        self.assertGreaterEqual(self.node.status()["brokerd"]["restarts"], 1)
+        self.assertEqual(len(kills), 2, "brokerd was killed twice in the middle of the run")
+        self.assertEqual(self.node.status()["brokerd"]["restarts"], 2)
 
         # The group's offsets are the input's ends, as a new member of the group reads them.
         self.assertEqual(committed, {p: len(expected[p]) for p in range(CTP_PARTITIONS)})
