@@ -322,12 +322,12 @@ class NodeRestartStateTest(unittest.TestCase):
         self.assertEqual(init_txn(conn, "st-open"), (NONE, open_pid, 1))
         self.assertEqual(self.read_committed_values(), [b"committed"])
 
-    def read_committed_values(self):
+    def read_committed_values(self, partition=1):
         from confluent_kafka import Consumer, KafkaError, TopicPartition
         c = Consumer({"bootstrap.servers": self.node.bootstrap, "group.id": "st-check",
                       "isolation.level": "read_committed", "enable.partition.eof": True,
                       "enable.auto.commit": False})
-        c.assign([TopicPartition("st", 1, 0)])
+        c.assign([TopicPartition("st", partition, 0)])
         values, deadline = [], time.monotonic() + 30
         try:
             while time.monotonic() < deadline:
@@ -341,6 +341,28 @@ class NodeRestartStateTest(unittest.TestCase):
         finally:
             c.close()
         return values
+
+    def test_a_commit_being_written_completes_after_kill_9(self):
+        """The node is kill -9'd as soon as EndTxn is answered (PrepareCommit stored, the
+        markers being written): after the restart the coordinator finishes the commit."""
+        conn = self.connect()
+        now = int(time.time() * 1000)
+        _, pid, epoch = init_txn(conn, "st-done")
+        self.assertEqual(add_partitions(conn, "st-done", pid, epoch, {"st": [0, 1]}),
+                         {("st", 0): NONE, ("st", 1): NONE})
+        for p in (0, 1):
+            self.assertEqual(self.produce(conn, "st", p, record_batch(
+                [b"committed"], now, attributes=0x10, producer_id=pid, producer_epoch=epoch,
+                base_sequence=0), "st-done")[0], NONE)
+        self.assertEqual(end_txn(conn, "st-done", pid, epoch, commit=True), NONE)
+        self.kill_node()
+        self.node.start()
+        conn = self.connect()
+        wait_until(lambda: list_txns(conn, pattern="st-done")[2] == {"st-done": "CompleteCommit"},
+                   30, "the commit completed after the restart")
+        self.assertEqual(self.read_committed_values(), [b"committed"])
+        self.assertEqual(self.read_committed_values(partition=0), [b"committed"])
+        self.assertEqual(init_txn(conn, "st-done"), (NONE, pid, epoch + 1))
 
     def test_sigterm(self):
         self.state_survives("sigterm")
