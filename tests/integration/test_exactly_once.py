@@ -13,7 +13,8 @@
 - A whole-node restart, by SIGTERM and by kill -9 of every process (supervisor and roles):
   an idempotent producer's state survives (its last batch retried after the restart is
   answered as a duplicate with its first offsets, its sequence continues, a gap is refused)
-  and so does the transaction coordinator's (an open transaction is still Ongoing and can be
+  and so does the partition's last stable offset (held at an open transaction's first record),
+  and the transaction coordinator's state (an open transaction is still Ongoing and can be
   aborted, a completed one is listed with its state, one committed just before the stop,
   its markers maybe not all written, completes, a transactional id's epoch continues).
 - KafkaJS transactions (kafkajs_client.js txn): commits and aborts in turn, each with
@@ -24,22 +25,39 @@
 import json
 import os
 import signal
+import struct
 import subprocess
 import time
 import unittest
 
 from harness import Node, wait_until
 from kafka_clients import HERE, ensure_kafkajs, parse_got_line
-from kafka_wire import Connection, record_batch
+from kafka_wire import ApiReader, Connection, record_batch
 from test_transactions import (NODE_CONFIG, NONE, add_partitions, create_topic, describe_txns,
                                end_txn, find_txn_coordinator, init_txn, list_txns)
 from test_idempotence import init_producer_id
 
+LIST_OFFSETS = 2
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 
 CTP_RECORDS = 2000
 CTP_PARTITIONS = 3
 CTP_BATCH = 100  # records per transaction
+
+
+def latest_offset(conn, topic, partition, read_committed):
+    """(error, offset) of ListOffsets v2 for the latest offset: the last stable offset with
+    read_committed, else the high watermark."""
+    name = topic.encode()
+    body = struct.pack(">ib", -1, 1 if read_committed else 0)
+    body += struct.pack(">ih", 1, len(name)) + name + struct.pack(">iiq", 1, partition, -1)
+    r = ApiReader(conn.request(LIST_OFFSETS, 2, body))
+    r.take(">i")  # throttle time
+    r.take(">i")  # one topic
+    r.string()
+    r.take(">i")  # one partition
+    _, error, _, offset = r.take(">ihqq")
+    return error, offset
 
 
 def transform(value):
@@ -319,7 +337,11 @@ class NodeRestartStateTest(unittest.TestCase):
                          OUT_OF_ORDER_SEQUENCE_NUMBER)
         self.assertEqual(self.produce(conn, "st", 0, idem_batch(15)), (NONE, 15))
 
-        # The coordinator: both transactions as they were.
+        # Partition 1: "committed", its marker, then the open transaction's first record,
+        # where read_committed readers stop.
+        self.assertEqual(latest_offset(conn, "st", 1, read_committed=True), (NONE, 2))
+
+        # The coordinator: the transactions as they were.
         wait_until(lambda: list_txns(conn, pattern="st-flight")[2] ==
                    {"st-flight": "CompleteCommit"}, 30, "the commit in flight completed")
         self.assertEqual(list_txns(conn, pattern="st-.*")[2],
