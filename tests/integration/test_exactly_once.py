@@ -5,11 +5,11 @@
   commits the group's offsets in the same transaction (send_offsets_to_transaction) every
   BATCH records. brokerd is kill -9'd twice with a transaction open: once with records of it
   in flight, once with its offsets sent (pending in the group coordinator) and the commit
-  not yet asked for. The loop recovers as an
-  application does: it aborts on abortable errors, makes a new producer on fatal ones,
-  retries retriable ones, and rewinds to the group's committed offsets after an abort or a
-  rebalance. Then the output is the input transformed, exactly once and in order per
-  partition, and the group's committed offsets are the input's ends.
+  not yet asked for. The loop recovers as an application does: it aborts on abortable
+  errors, makes a new producer on fatal ones, retries retriable ones, and rewinds to the
+  group's committed offsets after an abort or a rebalance. Then the output is the input
+  transformed, exactly once and in order per partition, and the group's committed offsets
+  are the input's ends.
 - A whole-node restart, by SIGTERM and by kill -9 of every process (supervisor and roles):
   an idempotent producer's state survives (its last batch retried after the restart is
   answered as a duplicate with its first offsets, its sequence continues, a gap is refused)
