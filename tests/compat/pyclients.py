@@ -197,6 +197,39 @@ class KafkaPython:
             producer.close(timeout=10)
         return {"records": records}
 
+    def txn_produce(self, req):
+        """One transactional producer (transactional_id) runs req["transactions"] in turn: the
+        t-th, {"count": n, "commit": bool}, sends n records "<t>:<i>" to partition
+        i % req["partitions"] and the offset t + 1 of "<topic>:0" for req["group"]
+        (send_offsets_to_transaction), then commits or aborts. Answers each committed
+        transaction's [partition, offset] per record."""
+        kw = {"bootstrap_servers": self.bootstrap, "client_id": "pyclients-kafka-python",
+              "max_block_ms": 20000, "request_timeout_ms": 10000, "delivery_timeout_ms": 20000,
+              "transactional_id": req["transactional_id"]}
+        kw.update(req.get("props", {}))
+        producer = self.kafka.KafkaProducer(**kw)
+        topic, committed = req["topic"], []
+        try:
+            producer.init_transactions()
+            for t, txn in enumerate(req["transactions"]):
+                producer.begin_transaction()
+                futures = [producer.send(topic, value=f"{t}:{i}".encode(),
+                                         partition=i % req["partitions"])
+                           for i in range(txn["count"])]
+                producer.flush(timeout=30)  # written before the end: an abort has work to do
+                producer.send_offsets_to_transaction(
+                    {self.kafka.TopicPartition(topic, 0):
+                     self.kafka.OffsetAndMetadata(t + 1, "", -1)}, req["group"])
+                if txn["commit"]:
+                    producer.commit_transaction()
+                    committed.append([[f.get(timeout=30).partition, f.get(timeout=30).offset]
+                                      for f in futures])
+                else:
+                    producer.abort_transaction()
+        finally:
+            producer.close(timeout=10)
+        return {"committed": committed}
+
     def consume(self, req):
         kw = {"bootstrap_servers": self.bootstrap, "group_id": req["group"],
               "client_id": req.get("client_id", "pyclients-kafka-python"),
@@ -314,8 +347,8 @@ def main():
             op = req.get("op")
             if op == "versions":
                 answer = client.versions()
-            elif op in ("produce", "consume", "create_topics", "list_groups", "describe_groups",
-                        "list_group_offsets", "list_offsets"):
+            elif op in ("produce", "txn_produce", "consume", "create_topics", "list_groups",
+                        "describe_groups", "list_group_offsets", "list_offsets"):
                 answer = getattr(client, op)(req)
             else:
                 raise ValueError(f"unknown op {op!r}")

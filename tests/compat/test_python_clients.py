@@ -85,6 +85,33 @@ class PythonClientsTest(ClientTestCase):
         records = c.ok("produce", topic=t, count=5)  # no props: the client's defaults
         self.assertEqual(records["records"], [[0, o] for o in range(5)])
 
+    def test_kafka_python_transactional_producer(self):
+        """Transactions committed and aborted in turn, each with records in both partitions and
+        the group offset of send_offsets_to_transaction: read_committed reads the committed
+        records, read_uncommitted all, and the group's offset is the last committed one."""
+        t, g = self.topic(), self.topic("-group")
+        c = self.client_of["kafka-python"]
+        self.assertEqual(c.ok("create_topics", topics=[{"name": t, "partitions": 2}])["errors"],
+                         {t: None})
+        outcomes = [True, False, True, False]
+        answer = c.ok("txn_produce", topic=t, partitions=2, transactional_id=f"{t}-txn", group=g,
+                      transactions=[{"count": 10, "commit": ok} for ok in outcomes])
+        # Per partition: 5 records of transaction 0, its COMMIT marker, 5 aborted records,
+        # their ABORT marker, 5 records of transaction 2.
+        first, third = answer["committed"]
+        for p in (0, 1):
+            self.assertEqual(sorted(o for q, o in first if q == p), list(range(5)))
+            self.assertEqual(sorted(o for q, o in third if q == p), list(range(12, 17)))
+        committed = sorted(f"{n}:{i}" for n in (0, 2) for i in range(10))
+        read = c.ok("consume", topics=[t], group=self.topic("-rc"), count=20, commit=False,
+                    props={"isolation_level": "read_committed"})["records"]
+        self.assertEqual(sorted(r["v"] for r in read), committed)
+        read = c.ok("consume", topics=[t], group=self.topic("-ru"), count=40, commit=False,
+                    props={"isolation_level": "read_uncommitted"})["records"]
+        self.assertEqual(sorted(r["v"] for r in read),
+                         sorted(f"{n}:{i}" for n in range(4) for i in range(10)))
+        self.assertEqual(c.ok("list_group_offsets", group=g)["offsets"], {f"{t}:0": 3})
+
 
 if __name__ == "__main__":
     unittest.main()

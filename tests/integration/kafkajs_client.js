@@ -6,6 +6,17 @@
 //   node kafkajs_client.js consume <bootstrap> <topic> <partition>:<offset>:<count>[,...]
 //                                  '{"timeoutMs": 60000}'
 //       stdout: partition offset timestamp-type timestamp key value headers
+//   node kafkajs_client.js txn <bootstrap> <topic> '{"transactionalId": "t", "transactions": 12,
+//        "perTxn": 20, "partitions": 3, "abortEvery": 3, "group": "g"}'
+//       Transaction t (0-based) sends perTxn records, value "<t>:<i>" to partition i % partitions,
+//       and the offset t + 1 of partition 0 for the group (sendOffsets); it is aborted when
+//       t % abortEvery == abortEvery - 1, else committed. Then one committed transaction of an
+//       "end" record per partition. stdout: "commit <t>" or "abort <t>" a line, then
+//       "offsets <group's committed offset of partition 0>" as the admin client fetches it.
+//   node kafkajs_client.js group-consume <bootstrap> <topic> '{"group": "g", "partitions": 3,
+//        "timeoutMs": 60000}'
+//       A group consumer (KafkaJS's default isolation: read_committed) from the beginning
+//       until it has read an "end" record in every partition. stdout: partition value a line.
 //
 // KafkaJS consumes only in consumer groups, and groups are not this test's subject: the
 // consume mode reads through KafkaJS's own Fetch path instead (its cluster's broker object,
@@ -135,6 +146,86 @@ async function produce(bootstrap, topic, opts) {
   process.stdout.write(out.map(l => l + '\n').join(''))
 }
 
+async function txn(bootstrap, topic, opts) {
+  const kafka = client(bootstrap)
+  const producer = kafka.producer({
+    transactionalId: opts.transactionalId,
+    idempotent: true,
+    maxInFlightRequests: 1,
+    allowAutoTopicCreation: false,
+  })
+  await producer.connect()
+  const lines = []
+  for (let t = 0; t < opts.transactions; t++) {
+    const transaction = await producer.transaction()
+    const messages = []
+    for (let i = 0; i < opts.perTxn; i++) {
+      messages.push({ partition: i % opts.partitions, value: `${t}:${i}` })
+    }
+    await transaction.send({ topic, messages, acks: -1 })
+    await transaction.sendOffsets({
+      consumerGroupId: opts.group,
+      topics: [{ topic, partitions: [{ partition: 0, offset: String(t + 1) }] }],
+    })
+    if (t % opts.abortEvery === opts.abortEvery - 1) {
+      await transaction.abort()
+      lines.push(`abort ${t}`)
+    } else {
+      await transaction.commit()
+      lines.push(`commit ${t}`)
+    }
+  }
+  const end = await producer.transaction()
+  const ends = []
+  for (let p = 0; p < opts.partitions; p++) ends.push({ partition: p, value: 'end' })
+  await end.send({ topic, messages: ends, acks: -1 })
+  await end.commit()
+  await producer.disconnect()
+  const admin = kafka.admin()
+  await admin.connect()
+  const fetched = await admin.fetchOffsets({ groupId: opts.group, topics: [topic] })
+  await admin.disconnect()
+  const p0 = fetched[0].partitions.find(p => p.partition === 0)
+  lines.push(`offsets ${p0 ? p0.offset : 'none'}`)
+  process.stdout.write(lines.map(l => l + '\n').join(''))
+}
+
+async function groupConsume(bootstrap, topic, opts) {
+  const consumer = client(bootstrap).consumer({
+    groupId: opts.group,
+    sessionTimeout: 10000,
+    heartbeatInterval: 500,
+    maxWaitTimeInMs: 200,
+  })
+  await consumer.connect()
+  await consumer.subscribe({ topics: [topic], fromBeginning: true })
+  const lines = []
+  const ended = new Set()
+  let finish
+  const done = new Promise(resolve => (finish = resolve))
+  await consumer.run({
+    eachMessage: async ({ partition, message }) => {
+      if (ended.has(partition)) return
+      const value = message.value.toString()
+      if (value === 'end') {
+        ended.add(partition)
+        if (ended.size === opts.partitions) finish()
+        return
+      }
+      lines.push(`${partition}\t${value}`)
+    },
+  })
+  const timer = setTimeout(finish, opts.timeoutMs || 60000)
+  await done
+  clearTimeout(timer)
+  await consumer.disconnect()
+  process.stdout.write(lines.map(l => l + '\n').join(''))
+  if (ended.size !== opts.partitions) {
+    process.stderr.write(`the end of ${opts.partitions - ended.size} partitions not reached\n`)
+    process.exitCode = 1
+  }
+}
+
 function headerField(headers) {
   const parts = []
   for (const [k, v] of Object.entries(headers || {})) {
@@ -223,6 +314,10 @@ async function main() {
     await produce(bootstrap, topic, JSON.parse(rest[0] || '{}'))
   } else if (mode === 'consume') {
     await consume(bootstrap, topic, rest[0], JSON.parse(rest[1] || '{}'))
+  } else if (mode === 'txn') {
+    await txn(bootstrap, topic, JSON.parse(rest[0]))
+  } else if (mode === 'group-consume') {
+    await groupConsume(bootstrap, topic, JSON.parse(rest[0]))
   } else {
     throw new Error(`unknown mode ${mode}`)
   }
