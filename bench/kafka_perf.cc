@@ -896,8 +896,10 @@ int Latency(Options& opt) {
   std::thread reader_thread([&reader] { reader.Run(); });
 
   std::vector<rd_kafka_topic_t*> rkts;
-  for (const std::string& t : topics)
+  rkts.reserve(topics.size());
+  for (const std::string& t : topics) {
     rkts.push_back(rd_kafka_topic_new(producer, t.c_str(), nullptr));
+  }
   std::vector<char> payload = FixedRandomPayload(static_cast<size_t>(record_size));
   int64_t produced = 0;
   int64_t queue_full = 0;
