@@ -551,6 +551,35 @@ grpc::Status StorageServiceImpl::OffsetsForLeaderEpoch(
   });
 }
 
+grpc::Status StorageServiceImpl::DescribeProducers(grpc::ServerContext*,
+                                                   const storage::DescribeProducersRequest* request,
+                                                   storage::DescribeProducersResponse* response) {
+  return Guard("DescribeProducers", [&] {
+    for (const storage::DescribeProducersPartition& p : request->partitions()) {
+      storage::DescribeProducersPartitionResult* out = response->add_partitions();
+      out->set_topic(p.topic());
+      out->set_partition(p.partition());
+      ErrorCode error;
+      std::shared_ptr<Log> log = FindLog(logs_, p.topic(), p.partition(), &error);
+      if (log && log->offline()) error = ErrorCode::kKafkaStorageError;
+      if (error != ErrorCode::kNone) {
+        out->set_error_code(ToWire(error));
+        continue;
+      }
+      for (const ActiveProducer& a : log->ActiveProducers()) {
+        storage::ProducerDescription* d = out->add_producers();
+        d->set_producer_id(a.producer_id);
+        d->set_producer_epoch(a.epoch);
+        d->set_last_sequence(a.last_sequence);
+        d->set_last_timestamp(a.last_timestamp);
+        d->set_coordinator_epoch(a.coordinator_epoch);
+        d->set_current_txn_start_offset(a.txn_first_offset);
+      }
+    }
+    return grpc::Status::OK;
+  });
+}
+
 grpc::Status StorageServiceImpl::GetPartitionStates(
     grpc::ServerContext*, const storage::GetPartitionStatesRequest* request,
     storage::GetPartitionStatesResponse* response) {

@@ -112,6 +112,9 @@ class StorageServiceImpl final : public storage::StorageService::Service {
   grpc::Status OffsetsForLeaderEpoch(grpc::ServerContext* context,
                                      const storage::OffsetsForLeaderEpochRequest* request,
                                      storage::OffsetsForLeaderEpochResponse* response) override;
+  grpc::Status DescribeProducers(grpc::ServerContext* context,
+                                 const storage::DescribeProducersRequest* request,
+                                 storage::DescribeProducersResponse* response) override;
   grpc::Status GetPartitionStates(grpc::ServerContext* context,
                                   const storage::GetPartitionStatesRequest* request,
                                   storage::GetPartitionStatesResponse* response) override;

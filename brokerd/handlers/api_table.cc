@@ -45,6 +45,7 @@ std::span<const ApiEntry> SupportedApis() {
       {ApiKey::kEndTxn, 0, 5, &HandleEndTxn},
       {ApiKey::kDescribeTransactions, 0, 0, &HandleDescribeTransactions},
       {ApiKey::kListTransactions, 0, 2, &HandleListTransactions},
+      {ApiKey::kDescribeProducers, 0, 0, &HandleDescribeProducers},
       {ApiKey::kWriteTxnMarkers, 1, 2, &HandleWriteTxnMarkers},
   };
   return kApis;

@@ -1,6 +1,6 @@
-// What ListOffsets, DeleteRecords and OffsetForLeaderEpoch share: the partitions that pass
-// their checks go to storaged in one call, whose answer lists them in the call's order; the
-// others are answered with their error where the checks left it.
+// What ListOffsets, DeleteRecords, OffsetForLeaderEpoch and DescribeProducers share: the
+// partitions that pass their checks go to storaged in one call, whose answer lists them in the
+// call's order; the others are answered with their error where the checks left it.
 #pragma once
 
 #include <grpcpp/grpcpp.h>

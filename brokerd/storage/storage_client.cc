@@ -31,6 +31,8 @@ RUNNEL_STORAGE_CALL(ListOffsets, storage::ListOffsetsRequest, storage::ListOffse
 RUNNEL_STORAGE_CALL(DeleteRecords, storage::DeleteRecordsRequest, storage::DeleteRecordsResponse)
 RUNNEL_STORAGE_CALL(OffsetsForLeaderEpoch, storage::OffsetsForLeaderEpochRequest,
                     storage::OffsetsForLeaderEpochResponse)
+RUNNEL_STORAGE_CALL(DescribeProducers, storage::DescribeProducersRequest,
+                    storage::DescribeProducersResponse)
 RUNNEL_STORAGE_CALL(CreatePartitions, storage::PartitionsRequest, storage::PartitionsResponse)
 RUNNEL_STORAGE_CALL(DeletePartitions, storage::PartitionsRequest, storage::PartitionsResponse)
 RUNNEL_STORAGE_CALL(UpdatePartitionConfigs, storage::PartitionsRequest, storage::PartitionsResponse)

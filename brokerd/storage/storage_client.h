@@ -42,6 +42,8 @@ class StorageClient {
   void OffsetsForLeaderEpoch(storage::OffsetsForLeaderEpochRequest req,
                              std::chrono::milliseconds timeout,
                              Done<storage::OffsetsForLeaderEpochResponse> done);
+  void DescribeProducers(storage::DescribeProducersRequest req, std::chrono::milliseconds timeout,
+                         Done<storage::DescribeProducersResponse> done);
   void DescribeLogDirs(std::chrono::milliseconds timeout,
                        Done<storage::DescribeLogDirsResponse> done);
   void CreatePartitions(storage::PartitionsRequest req, std::chrono::milliseconds timeout,

@@ -844,6 +844,11 @@ int Log::RemoveExpiredProducers() {
   return producers_.RemoveExpired(options_.now_ms(), options_.producer_id_expiration_ms);
 }
 
+std::vector<ActiveProducer> Log::ActiveProducers() const {
+  MutexLock lock(&append_mu_);
+  return producers_.ActiveProducers();
+}
+
 size_t Log::ProducerCount() const {
   MutexLock lock(&append_mu_);
   return producers_.size();

@@ -271,6 +271,9 @@ class Log {
   };
   absl::flat_hash_map<int64_t, ProducerLastRecord> LastRecordsOfProducers() const;
   size_t ProducerCount() const;
+  // DescribeProducers: every producer the log knows, in producer id order, read under the
+  // append lock (so between two appends, never inside one).
+  std::vector<ActiveProducer> ActiveProducers() const;
   // Forgets producers idle for producer.id.expiration.ms with no ongoing transaction;
   // returns how many. A snapshot's expired producers are dropped as it loads, too.
   int RemoveExpiredProducers();

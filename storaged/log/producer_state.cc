@@ -262,6 +262,23 @@ void ProducerStateManager::Commit(AppendPlan&& plan) {
   dirty_ = true;
 }
 
+std::vector<ActiveProducer> ProducerStateManager::ActiveProducers() const {
+  std::vector<ActiveProducer> out;
+  out.reserve(producers_.size());
+  for (const auto& [id, e] : producers_) {
+    out.push_back({.producer_id = id,
+                   .epoch = e.epoch,
+                   .last_sequence = e.last_seq(),
+                   .last_timestamp = e.last_timestamp,
+                   .coordinator_epoch = e.coordinator_epoch,
+                   .txn_first_offset = e.txn_first_offset});
+  }
+  std::sort(out.begin(), out.end(), [](const ActiveProducer& a, const ActiveProducer& b) {
+    return a.producer_id < b.producer_id;
+  });
+  return out;
+}
+
 int ProducerStateManager::RemoveExpired(int64_t now_ms, int64_t expiration_ms) {
   int removed = 0;
   for (auto it = producers_.begin(); it != producers_.end();) {

@@ -151,6 +151,17 @@ class ProducerEntry {
   int count_ = 0;
 };
 
+// One producer as DescribeProducers lists it (Kafka's ProducerStateManager.activeProducers).
+struct ActiveProducer {
+  int64_t producer_id = record::kNoProducerId;
+  int16_t epoch = kNoProducerEpoch;
+  int32_t last_sequence = kNoSequence;  // of its last kept batch; -1 when none
+  int64_t last_timestamp = record::kNoTimestamp;
+  int32_t coordinator_epoch = -1;
+  int64_t txn_first_offset = -1;  // the ongoing transaction's first offset; -1 when none
+  bool operator==(const ActiveProducer&) const = default;
+};
+
 class ProducerStateManager {
  public:
   // The changes of one append, applied by Commit once its write succeeded. Kafka appends
@@ -209,6 +220,8 @@ class ProducerStateManager {
   int64_t FirstUnstableOffsetExcept(int64_t producer_id) const;
 
   const ProducerEntry* Find(int64_t producer_id) const;
+  // Every producer the state knows (not expired, or in a transaction), in producer id order.
+  std::vector<ActiveProducer> ActiveProducers() const;
   size_t size() const { return producers_.size(); }
   const absl::flat_hash_map<int64_t, ProducerEntry>& producers() const { return producers_; }
   void Clear() {

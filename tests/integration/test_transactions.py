@@ -5,7 +5,10 @@ consumers see of committed and aborted transactions.
 The wire tests hand-build requests and check Kafka's answers: epochs bumped per
 InitProducerId, fencing (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH for old versions), unknown
 partitions (UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED), EndTxn's state
-rules, bad timeouts and ids.
+rules, bad timeouts and ids; DescribeProducers lists a partition's producers as its leader
+knows them (an idempotent one, an open transaction's first offset, the coordinator epoch of
+a marker) and answers unknown or invalid topics and partitions with their errors, and a
+partition led by another broker (a second, broker-only node) NOT_LEADER_OR_FOLLOWER.
 
 The client tests use librdkafka: rdkafka_client.cc txn-produce (transactions committed and
 aborted in turn) read back by read_committed and read_uncommitted consumers, and the Python
@@ -19,7 +22,7 @@ import tempfile
 import time
 import unittest
 
-from harness import BIN_DIR, Node, wait_until
+from harness import BIN_DIR, Node, free_port, wait_until
 from kafka_clients import read_seqs, seq_summary
 from kafka_wire import ApiReader, ApiWriter, Connection, record_batch, uvarint
 
@@ -31,12 +34,15 @@ ADD_PARTITIONS_TO_TXN = 24
 ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
 TXN_OFFSET_COMMIT = 28
+DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
 COORDINATOR_LOAD_IN_PROGRESS = 14
+INVALID_TOPIC_EXCEPTION = 17
+NOT_LEADER_OR_FOLLOWER = 6
 NOT_COORDINATOR = 16
 INVALID_REQUEST = 42
 INVALID_PRODUCER_EPOCH = 47
@@ -166,6 +172,37 @@ def describe_txns(conn, ids):
     return out
 
 
+def describe_producers(conn, topics):
+    """{(topic, partition): (error, [(producer id, epoch, last sequence, last timestamp,
+    coordinator epoch, current transaction's first offset)])} of DescribeProducers v0.
+    topics: {name: [partitions]}."""
+    w = ApiWriter(True).array(list(topics.items()), lambda w, t: w.string(t[0]).array(
+        t[1], lambda w, p: w.i32(p)).tags())
+    r = conn.call(DESCRIBE_PRODUCERS, 0, w.tags())
+    r.i32()
+    out = {}
+
+    def producer(r):
+        got = (r.i64(), r.i32(), r.i32(), r.i64(), r.i32(), r.i64())
+        r.tags()
+        return got
+
+    def topic(r):
+        name = r.string()
+
+        def part(r):
+            index, error = r.i32(), r.i16()
+            r.string()  # the error message
+            producers = r.array(producer)
+            r.tags()
+            out[(name, index)] = (error, producers)
+        r.array(part)
+        r.tags()
+    r.array(topic)
+    r.tags()
+    return out
+
+
 def list_txns(conn, states=(), pattern=None):
     """(error, unknown state filters, {id: state}) of ListTransactions v2. While a
     __transaction_state partition is still loading the broker answers
@@ -283,6 +320,7 @@ class TxnCoordinatorWireTest(unittest.TestCase):
     def setUpClass(cls):
         cls.node = Node(NODE_CONFIG).start()
         create_topic(cls.node.bootstrap, "wire", 2)
+        create_topic(cls.node.bootstrap, "producers", 2)
 
     @classmethod
     def tearDownClass(cls):
@@ -405,6 +443,67 @@ class TxnCoordinatorWireTest(unittest.TestCase):
         self.assertEqual(produce_v12(conn, "wire-v2", "wire", 0, batch(0, epoch + 3))[0], NONE)
         self.assertEqual(end_txn_v5(conn, "wire-v2", pid, epoch + 3, True),
                          (NONE, pid, epoch + 4))
+    def test_describe_producers(self):
+        conn = self.connect("wire-p")
+        ts = 1_700_000_000_000
+        # An idempotent producer (no transactional id): offsets 0-2, sequences 0-2.
+        error, idem, _ = init_txn(conn, None)
+        self.assertEqual(error, NONE)
+        got = conn.produce(8, -1, "producers", {0: record_batch(
+            [b"a", b"b", b"c"], ts, producer_id=idem, producer_epoch=0, base_sequence=0)})
+        self.assertEqual(got[("producers", 0)]["error"], NONE)
+        # A transactional one, its transaction open from offset 3.
+        _, pid, epoch = init_txn(conn, "wire-p")
+        self.assertEqual(add_partitions(conn, "wire-p", pid, epoch, {"producers": [0]}),
+                         {("producers", 0): NONE})
+        got = conn.produce(8, -1, "producers", {0: record_batch(
+            [b"t"], ts + 5, attributes=0x10, producer_id=pid, producer_epoch=epoch,
+            base_sequence=0)}, transactional_id="wire-p")
+        self.assertEqual(got[("producers", 0)]["error"], NONE)
+
+        got = describe_producers(conn, {"producers": [0, 1, 9], "no-such-topic": [0],
+                                        "bad/name": [0]})
+        error, listed = got[("producers", 0)]
+        self.assertEqual(error, NONE)
+        self.assertEqual(sorted(listed), sorted([(idem, 0, 2, ts, -1, -1),
+                                                 (pid, epoch, 0, ts + 5, -1, 3)]))
+        self.assertEqual(got[("producers", 1)], (NONE, []))
+        # One bad partition fails only itself.
+        self.assertEqual(got[("producers", 9)], (UNKNOWN_TOPIC_OR_PARTITION, []))
+        self.assertEqual(got[("no-such-topic", 0)], (UNKNOWN_TOPIC_OR_PARTITION, []))
+        self.assertEqual(got[("bad/name", 0)], (INVALID_TOPIC_EXCEPTION, []))
+
+        # The commit's marker ends the transaction and leaves its coordinator epoch.
+        self.assertEqual(end_txn(conn, "wire-p", pid, epoch, commit=True), NONE)
+        wait_until(lambda: end_txn(conn, "wire-p", pid, epoch, commit=True) == NONE, 30,
+                   "the commit completed")
+        error, listed = describe_producers(conn, {"producers": [0]})[("producers", 0)]
+        self.assertEqual(error, NONE)
+        txn = [p for p in listed if p[0] == pid]
+        self.assertEqual(len(txn), 1, listed)
+        self.assertEqual((txn[0][1], txn[0][2], txn[0][5]), (epoch, 0, -1))
+        self.assertGreaterEqual(txn[0][4], 0)
+
+    def test_kafka_transactions_describe_producers(self):
+        conn = self.connect("wire-q")
+        _, pid, epoch = init_txn(conn, "wire-q")
+        self.assertEqual(add_partitions(conn, "wire-q", pid, epoch, {"producers": [1]}),
+                         {("producers", 1): NONE})
+        got = conn.produce(8, -1, "producers", {1: record_batch(
+            [b"q", b"r"], 1_700_000_000_000, attributes=0x10, producer_id=pid,
+            producer_epoch=epoch, base_sequence=0)}, transactional_id="wire-q")
+        self.assertEqual(got[("producers", 1)]["error"], NONE)
+        described = kafka_tool(self, "kafka-transactions", "--bootstrap-server",
+                               self.node.bootstrap, "describe-producers", "--topic", "producers",
+                               "--partition", "1")
+        # ProducerId ProducerEpoch LatestCoordinatorEpoch LastSequence LastTimestamp
+        # CurrentTransactionStartOffset: the open transaction starts at offset 0.
+        lines = [l.split() for l in described.splitlines() if l.split()[:1] == [str(pid)]]
+        self.assertEqual(len(lines), 1, described)
+        self.assertEqual(lines[0][1], str(epoch), described)
+        self.assertEqual(lines[0][3], "1", described)
+        self.assertEqual(lines[0][-1], "0", described)
+        self.assertEqual(end_txn(conn, "wire-q", pid, epoch, commit=False), NONE)
 
     def test_produce_checks_the_transaction(self):
         conn = self.connect("wire-d")
@@ -476,6 +575,36 @@ class TxnCoordinatorWireTest(unittest.TestCase):
         self.assertEqual(end_txn(conn, "never-seen", 1, 0, True), INVALID_PRODUCER_ID_MAPPING)
         self.assertEqual(add_partitions(conn, "never-seen", 1, 0, {"wire": [0]}),
                          {("wire", 0): INVALID_PRODUCER_ID_MAPPING})
+
+
+class DescribeProducersElsewhereTest(unittest.TestCase):
+    """DescribeProducers asked of a broker that does not lead the partition: node 1 (broker
+    and the one voter) and node 2 (a broker only) share a topic's partitions."""
+
+    def setUp(self):
+        common = {"controller.quorum.voters": f"1@127.0.0.1:{free_port()}"}
+        self.nodes = [Node(common, node_id=1), Node({**common, "process.roles": "broker"},
+                                                    node_id=2)]
+        for n in self.nodes:
+            self.addCleanup(n.cleanup)
+            n.start(wait=False)
+        for n in self.nodes:
+            n.wait_ready(timeout=60)
+
+    def test_a_partition_led_elsewhere_is_not_leader_or_follower(self):
+        from confluent_kafka.admin import AdminClient
+        admin = AdminClient({"bootstrap.servers": self.nodes[0].bootstrap})
+        wait_until(lambda: set(admin.list_topics(timeout=5).brokers) == {1, 2}, 30,
+                   "both brokers registered")
+        create_topic(self.nodes[0].bootstrap, "spread", 4)
+        leaders = {p: m.leader for p, m in
+                   admin.list_topics("spread", timeout=5).topics["spread"].partitions.items()}
+        self.assertEqual(set(leaders.values()), {1, 2}, leaders)
+        conn = Connection(self.nodes[0].bootstrap)
+        self.addCleanup(conn.sock.close)
+        got = describe_producers(conn, {"spread": sorted(leaders)})
+        self.assertEqual(got, {("spread", p): (NONE if leader == 1 else NOT_LEADER_OR_FOLLOWER, [])
+                               for p, leader in leaders.items()})
 
 
 class TransactionalClientTest(unittest.TestCase):

@@ -133,6 +133,22 @@ class StorageServiceTest : public ::testing::Test {
     return resp.partitions_size() == 1 ? resp.partitions(0) : storage::AppendPartitionResult();
   }
 
+  // One DescribeProducers call for `partitions`; its answer, one result per partition.
+  std::vector<storage::DescribeProducersPartitionResult> DescribeProducers(
+      const std::vector<std::pair<std::string, int32_t>>& partitions) {
+    storage::DescribeProducersRequest req;
+    for (const auto& [topic, partition] : partitions) {
+      storage::DescribeProducersPartition* p = req.add_partitions();
+      p->set_topic(topic);
+      p->set_partition(partition);
+    }
+    storage::DescribeProducersResponse resp;
+    grpc::Status st = stub_->DescribeProducers(Ctx().get(), req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(resp.partitions_size(), req.partitions_size());
+    return {resp.partitions().begin(), resp.partitions().end()};
+  }
+
   storage::ReadPartitionResult Read(const std::string& topic, int32_t partition, int64_t offset,
                                     bool want_bytes, int32_t max_bytes = 1 << 20,
                                     std::optional<int64_t> max_offset = std::nullopt) {
@@ -448,6 +464,7 @@ TEST_F(StorageServiceTest, AFullDiskIsARetriableStorageErrorAndAFailedFsyncTakes
   EXPECT_EQ(Append("t", 1, Batch(2)).error_code(), Code(ErrorCode::kKafkaStorageError));
   EXPECT_EQ(Read("t", 1, 0, true).error_code(), Code(ErrorCode::kKafkaStorageError));
   EXPECT_EQ(ListOffset("t", 1, -1).error_code(), Code(ErrorCode::kKafkaStorageError));
+  EXPECT_EQ(DescribeProducers({{"t", 1}})[0].error_code(), Code(ErrorCode::kKafkaStorageError));
   EXPECT_EQ(CreateCode("t", 1, topic_id_), Code(ErrorCode::kKafkaStorageError));
   EXPECT_EQ(Partitions(/*remove=*/false, "t", 1, topic_id_).error_code(),
             Code(ErrorCode::kUnknownTopicOrPartition));
@@ -622,6 +639,57 @@ TEST_F(StorageServiceTest, OffsetsForLeaderEpoch) {
     EXPECT_EQ(r.leader_epoch(), want[i].epoch) << i;
     EXPECT_EQ(r.end_offset(), want[i].end) << i;
   }
+}
+
+TEST_F(StorageServiceTest, DescribeProducersListsEachPartitionsProducersInOneCall) {
+  ASSERT_EQ(CreateCode("t", 0, topic_id_), 0);
+  ASSERT_EQ(CreateCode("t", 1, topic_id_), 0);
+  ASSERT_EQ(Append("t", 0, Batch(2)).error_code(), 0);  // no producer id: not listed
+  // Producer 42, epoch 3: sequences 0-2 at offsets 2-4, then a transaction of producer 43
+  // from offset 5.
+  auto producer_batch = [](int64_t pid, int16_t epoch, int32_t seq, int count, bool txn) {
+    record::BatchBuilder::Options o;
+    o.producer_id = pid;
+    o.producer_epoch = epoch;
+    o.base_sequence = seq;
+    o.transactional = txn;
+    record::BatchBuilder b(o);
+    const std::string v = "v";
+    for (int i = 0; i < count; ++i) {
+      b.Add(2000 + i, std::nullopt,
+            record::ByteSpan(reinterpret_cast<const uint8_t*>(v.data()), v.size()));
+    }
+    StatusOr<std::vector<uint8_t>> bytes = b.Build();
+    EXPECT_TRUE(bytes.ok()) << bytes.status();
+    return bytes.ok() ? std::string(bytes->begin(), bytes->end()) : std::string();
+  };
+  ASSERT_EQ(Append("t", 0, producer_batch(42, 3, 0, 3, false)).error_code(), 0);
+  ASSERT_EQ(Append("t", 0, producer_batch(43, 0, 0, 2, true)).error_code(), 0);
+
+  std::vector<storage::DescribeProducersPartitionResult> r =
+      DescribeProducers({{"t", 0}, {"x", 0}, {"t", 1}});
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].topic(), "t");
+  EXPECT_EQ(r[0].error_code(), 0);
+  ASSERT_EQ(r[0].producers_size(), 2);
+  const storage::ProducerDescription& idem = r[0].producers(0);
+  EXPECT_EQ(idem.producer_id(), 42);
+  EXPECT_EQ(idem.producer_epoch(), 3);
+  EXPECT_EQ(idem.last_sequence(), 2);
+  EXPECT_EQ(idem.last_timestamp(), 2002);
+  EXPECT_EQ(idem.coordinator_epoch(), -1);
+  EXPECT_EQ(idem.current_txn_start_offset(), -1);
+  const storage::ProducerDescription& txn = r[0].producers(1);
+  EXPECT_EQ(txn.producer_id(), 43);
+  EXPECT_EQ(txn.producer_epoch(), 0);
+  EXPECT_EQ(txn.last_sequence(), 1);
+  EXPECT_EQ(txn.current_txn_start_offset(), 5);
+  EXPECT_EQ(r[1].topic(), "x");
+  EXPECT_EQ(r[1].error_code(), Code(ErrorCode::kUnknownTopicOrPartition));
+  EXPECT_EQ(r[1].producers_size(), 0);
+  EXPECT_EQ(r[2].partition(), 1);
+  EXPECT_EQ(r[2].error_code(), 0);
+  EXPECT_EQ(r[2].producers_size(), 0);
 }
 
 TEST_F(StorageServiceTest, UpdateConfigsTakeEffect) {

@@ -321,6 +321,65 @@ TEST_F(ProducerStateTest, TheFirstUnstableOffsetIsTheEarliestOngoingTransaction)
   EXPECT_EQ(loaded.FirstUnstableOffset(), -1);
 }
 
+TEST_F(ProducerStateTest, ActiveProducersListsEachProducerInIdOrder) {
+  EXPECT_TRUE(state_.ActiveProducers().empty());
+  // kPid: idempotent, epoch 2, sequences 0..4 at offsets 0..4 (timestamps 1000..1004).
+  ASSERT_EQ(Append(2, 0, 5), ErrorCode::kNone);
+  // Producer 7: a transaction opened at offset 20 by a replayed batch (sequences 3..4).
+  ProducerBatchHeader h;
+  h.producer_id = 7;
+  h.producer_epoch = 4;
+  h.base_sequence = 3;
+  h.base_offset = 20;
+  h.last_offset = 21;
+  h.max_timestamp = 3000;
+  h.transactional = true;
+  state_.ReplayBatch(h, std::nullopt);
+  // Producer 500: only a marker (coordinator epoch 9), so no sequence.
+  ProducerBatchHeader m = h;
+  m.producer_id = 500;
+  m.base_sequence = -1;
+  m.base_offset = 30;
+  m.last_offset = 30;
+  m.max_timestamp = 4000;
+  m.control = true;
+  state_.ReplayBatch(m, record::EndTxnMarker{false, 9});
+  const std::vector<ActiveProducer> want = {
+      {.producer_id = 7,
+       .epoch = 4,
+       .last_sequence = 4,
+       .last_timestamp = 3000,
+       .coordinator_epoch = -1,
+       .txn_first_offset = 20},
+      {.producer_id = 500,
+       .epoch = 4,
+       .last_sequence = -1,
+       .last_timestamp = 4000,
+       .coordinator_epoch = 9,
+       .txn_first_offset = -1},
+      {.producer_id = kPid,
+       .epoch = 2,
+       .last_sequence = 4,
+       .last_timestamp = 1004,
+       .coordinator_epoch = -1,
+       .txn_first_offset = -1},
+  };
+  EXPECT_EQ(state_.ActiveProducers(), want);
+  // A commit marker ends producer 7's transaction and keeps its coordinator epoch.
+  ProducerBatchHeader c = m;
+  c.producer_id = 7;
+  c.base_offset = c.last_offset = 31;
+  state_.ReplayBatch(c, record::EndTxnMarker{true, 3});
+  const std::vector<ActiveProducer> after = state_.ActiveProducers();
+  ASSERT_EQ(after.size(), 3u);
+  EXPECT_EQ(after[0].txn_first_offset, -1);
+  EXPECT_EQ(after[0].coordinator_epoch, 3);
+  EXPECT_EQ(after[0].last_sequence, 4);
+  // Expired producers are not listed.
+  EXPECT_EQ(state_.RemoveExpired(5000, 1000), 3);
+  EXPECT_TRUE(state_.ActiveProducers().empty());
+}
+
 TEST_F(ProducerStateTest, IdleProducersWithoutATransactionExpire) {
   ASSERT_EQ(Append(0, 0, 1), ErrorCode::kNone);  // timestamp 1000
   EXPECT_EQ(state_.RemoveExpired(1999, 1000), 0);
