@@ -31,10 +31,16 @@ using Topics = std::vector<AddPartitionsToTxnRequest::AddPartitionsToTxnTopic>;
 // Every partition of `topics` with `error`.
 std::vector<TopicResult> AllWith(const Topics& topics, ErrorCode error) {
   std::vector<TopicResult> out;
+  out.reserve(topics.size());
   for (const auto& t : topics) {
     TopicResult r;
     r.name = t.name;
-    for (int32_t p : t.partitions) r.results_by_partition.push_back({p, error});
+    r.results_by_partition.reserve(t.partitions.size());
+    for (int32_t p : t.partitions) {
+      auto& result = r.results_by_partition.emplace_back();
+      result.partition_index = p;
+      result.partition_error_code = error;
+    }
     out.push_back(std::move(r));
   }
   return out;
