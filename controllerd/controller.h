@@ -223,8 +223,8 @@ class Controller final : private Quorum::StateMachine {
                                                         const std::vector<int32_t>& unfenced,
                                                         std::string* error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // PartitionRecords for `placement`, numbered from `first_partition`: every unfenced replica
-  // is in the ISR and the first of them leads.
+  // PartitionRecords for `placement`, numbered from `first_partition`: the first unfenced
+  // replica leads and is the whole ISR (followers do not replicate yet).
   void AddPartitionRecordsLocked(const std::string& topic_id, int32_t first_partition,
                                  const std::vector<std::vector<int32_t>>& placement,
                                  metadata::MetadataRecordBatch* batch) const

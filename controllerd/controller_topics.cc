@@ -141,13 +141,16 @@ void Controller::AddPartitionRecordsLocked(const std::string& topic_id, int32_t 
     auto* pr = batch->add_records()->mutable_partition();
     pr->set_topic_id(topic_id);
     pr->set_partition_id(first_partition + static_cast<int32_t>(p));
-    std::vector<int32_t> isr;
+    // Followers do not copy their leader yet (replication is to come), so only the leader is
+    // in sync: Metadata must not call a replica in sync that holds none of the data, and an
+    // election must never pick one. The leader is the first unfenced replica.
+    int32_t leader = -1;
     for (int32_t b : placement[p]) {
       pr->add_replicas(b);
-      if (!image_.brokers().at(b).fenced()) isr.push_back(b);
+      if (leader < 0 && !image_.brokers().at(b).fenced()) leader = b;
     }
-    for (int32_t b : isr) pr->add_isr(b);
-    pr->set_leader(isr.empty() ? -1 : isr.front());
+    if (leader >= 0) pr->add_isr(leader);
+    pr->set_leader(leader);
     pr->set_leader_epoch(0);
     pr->set_partition_epoch(0);
   }

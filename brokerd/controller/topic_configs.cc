@@ -151,6 +151,26 @@ std::vector<DescribedConfig> DescribeTopicConfigs(const NodeConfigView& node,
   return out;
 }
 
+std::string TopicConfigValue(const NodeConfigView& node, const TopicInfo& topic,
+                             std::string_view name) {
+  if (std::optional<std::string> v = Find(topic.configs, name)) return *v;
+  std::span<const config::NodeSynonym> node_keys = config::NodeSynonymsOf(name);
+  for (ConfigSource level : kBrokerLevels) {
+    for (const config::NodeSynonym& s : node_keys) {
+      if (std::optional<std::string> v = ValueAt(node, level, s.name)) {
+        return config::ToTopicUnit(s, *v);
+      }
+    }
+  }
+  if (!node_keys.empty()) {
+    if (const config::KeyDef* primary = config::FindKey(node_keys.front().name)) {
+      return std::string(primary->default_value);
+    }
+  }
+  const config::KeyDef* def = config::FindTopicKey(name);
+  return def != nullptr ? std::string(def->default_value) : std::string();
+}
+
 std::vector<DescribedConfig> DescribeBrokerConfigs(const NodeConfigView& node) {
   std::vector<DescribedConfig> out;
   for (const config::KeyDef& def : config::AllKeys()) {

@@ -17,6 +17,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "brokerd/controller/metadata_cache.h"
@@ -67,6 +68,11 @@ struct NodeConfigView {
 // Every topic config of `topic` (config::AllTopicKeys, by name) with its effective value.
 std::vector<DescribedConfig> DescribeTopicConfigs(const NodeConfigView& node,
                                                   const TopicInfo& topic);
+
+// The effective value of one topic config of `topic` (as DescribeTopicConfigs gives it, without
+// the synonyms): cheap enough for a request path.
+std::string TopicConfigValue(const NodeConfigView& node, const TopicInfo& topic,
+                             std::string_view name);
 
 // This node's broker resource ("<node id>"): every declared node key, plus the keys the config
 // file sets that Runnel does not know (shown as Kafka shows keys of unknown type: sensitive).

@@ -65,6 +65,10 @@ struct BrokerContext {
   const int32_t fetch_max_bytes = config.GetInt("fetch.max.bytes");
   // Incremental fetch sessions (KIP-227), on the loop thread like every handler.
   FetchSessionCache fetch_sessions{config.GetInt("max.incremental.fetch.session.cache.slots")};
+  // Each topic's min.insync.replicas as this node resolves it (Produce's acks=all check), as
+  // of metadata offset min_isr_offset: its levels change only with the metadata.
+  int64_t min_isr_offset = -1;
+  std::unordered_map<std::string, int64_t> min_isr = {};
 };
 
 using HandlerFn = void (*)(BrokerContext&, std::unique_ptr<RequestContext>, Respond);

@@ -2,10 +2,11 @@
 // minimum; v0-v2 (message format v0/v1) are answered UNSUPPORTED_VERSION per partition, as
 // Kafka 4 does.
 //
-// brokerd checks what depends on the request (acks, topic, leadership, one v2 batch per
-// partition, zstd only from v7) and hands the batch bytes unchanged to storaged, which
-// validates them (CRC, records, sizes, timestamps), assigns offsets and appends. Appends
-// from all connections are gathered into few storaged calls (AppendBatcher). acks=0 is
+// brokerd checks what depends on the request (acks, topic, leadership, for acks=all an ISR of
+// at least the topic's min.insync.replicas (else NOT_ENOUGH_REPLICAS, before appending, as
+// Kafka), one v2 batch per partition, zstd only from v7) and hands the batch bytes unchanged to
+// storaged, which validates them (CRC, records, sizes, timestamps), assigns offsets and appends.
+// Appends from all connections are gathered into few storaged calls (AppendBatcher). acks=0 is
 // never answered (a failed one closes the connection).
 //
 // Transactional batches, as Kafka: a request holding one without a transactional id is
@@ -18,11 +19,14 @@
 // partitions to the transaction itself before appending, as AddPartitionsToTxn would; the
 // coordinator's errors map the same way, and one that is not reachable here (loading, or on
 // another node) is NOT_ENOUGH_REPLICAS, which the client retries.
+#include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
 #include <utility>
 
+#include "brokerd/controller/topic_configs.h"
 #include "brokerd/handlers/handler.h"
 #include "brokerd/handlers/wait.h"
 #include "brokerd/storage/append_batcher.h"
@@ -134,6 +138,21 @@ struct Pending {
   }
 };
 
+// The topic's min.insync.replicas (at least 1), memoized until the metadata moves on.
+int64_t MinInsyncReplicas(BrokerContext& broker, const TopicInfo& topic) {
+  if (broker.min_isr_offset != broker.metadata.offset()) {
+    broker.min_isr.clear();
+    broker.min_isr_offset = broker.metadata.offset();
+  }
+  auto [it, inserted] = broker.min_isr.try_emplace(topic.name, 1);
+  if (inserted) {
+    const NodeConfigView node = NodeConfigView::Of(broker.config, broker.metadata, broker.node_id);
+    it->second = std::max<int64_t>(
+        1, std::strtoll(TopicConfigValue(node, topic, "min.insync.replicas").c_str(), nullptr, 10));
+  }
+  return it->second;
+}
+
 }  // namespace
 
 void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, Respond respond) {
@@ -209,6 +228,17 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
           out.current_leader.leader_epoch = p->leader_epoch;
         }
         continue;
+      }
+      if (req.acks == -1) {
+        // Kafka checks the ISR before appending: acks=all needs min.insync.replicas in sync.
+        const int64_t min_isr = MinInsyncReplicas(broker, *info);
+        if (static_cast<int64_t>(p->isr.size()) < min_isr) {
+          fail(ErrorCode::kNotEnoughReplicas,
+               fmt::format("The {} in-sync replicas of {}-{} are fewer than its "
+                           "min.insync.replicas {}",
+                           p->isr.size(), topic.name, partition.index, min_isr));
+          continue;
+        }
       }
       const std::optional<std::span<const uint8_t>> records = partition.records.Contiguous();
       protocol::KafkaError check = CheckRecords(records, version);

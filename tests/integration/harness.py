@@ -202,6 +202,28 @@ class Node:
         os.kill(pid, sig)
         return pid
 
+    def kill_all(self, roles=("controllerd", "storaged", "brokerd")):
+        """kill -9 of the supervisor and every role (a node's machine dying): the supervisor is
+        stopped first so that it restarts nothing, and killed last (its roles would get
+        SIGTERM on its death). start() brings the node back."""
+        pids = [self.role_pid(r) for r in roles]
+        supervisor = self.proc
+        os.kill(supervisor.pid, signal.SIGSTOP)
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        os.kill(supervisor.pid, signal.SIGKILL)
+        supervisor.wait(timeout=30)
+
+        def gone(pid):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+            except FileNotFoundError:
+                return True
+        wait_until(lambda: all(gone(p) for p in pids), 30, "the roles gone")
+        self.proc = None
+        self.log_file.close()
+
     def wait_role_restarted(self, role, old_pid, timeout=60):
         """Waits until the supervisor has replaced `old_pid` with a serving daemon."""
         def restarted():

@@ -24,7 +24,6 @@
 """
 import json
 import os
-import signal
 import struct
 import subprocess
 import time
@@ -249,25 +248,7 @@ class NodeRestartStateTest(unittest.TestCase):
         return conn
 
     def kill_node(self):
-        """kill -9 of the supervisor and every role: the supervisor is stopped first so that
-        it restarts nothing, and killed last (its roles would get SIGTERM on its death)."""
-        pids = [self.node.role_pid(r) for r in ("controllerd", "storaged", "brokerd")]
-        supervisor = self.node.proc
-        os.kill(supervisor.pid, signal.SIGSTOP)
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-        os.kill(supervisor.pid, signal.SIGKILL)
-        supervisor.wait(timeout=30)
-
-        def gone(pid):
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-            except FileNotFoundError:
-                return True
-        wait_until(lambda: all(gone(p) for p in pids), 30, "the roles gone")
-        self.node.proc = None
-        self.node.log_file.close()
+        self.node.kill_all()
 
     def restart(self, how):
         if how == "sigterm":

@@ -185,6 +185,45 @@ TEST(TopicConfigsTest, EveryLevelInKafkasOrder) {
   EXPECT_EQ(Find(configs, "retention.ms").source, S::kDynamicDefaultBroker);
 }
 
+TEST(TopicConfigsTest, OneValueAgreesWithTheDescription) {
+  struct Setup {
+    config::Config file;
+    MetadataCache cache;
+    TopicInfo topic;
+  };
+  std::vector<Setup> setups;
+  setups.push_back({File({}), CacheWith({}), Topic()});
+  setups.push_back(
+      {File({{"log.retention.hours", "2"}, {"min.insync.replicas", "2"}}), CacheWith({}), Topic()});
+  setups.push_back({File({{"log.retention.ms", "100"}, {"min.insync.replicas", "2"}}),
+                    CacheWith({{"", {{"log.retention.ms", "5000"}, {"min.insync.replicas", "3"}}},
+                               {"1", {{"log.retention.minutes", "3"}}},
+                               {"2", {{"min.insync.replicas", "9"}}}}),
+                    Topic()});
+  setups.push_back({File({{"min.insync.replicas", "2"}}),
+                    CacheWith({{"1", {{"min.insync.replicas", "4"}}}}),
+                    Topic({{"min.insync.replicas", "5"}, {"retention.ms", "42"}})});
+  for (size_t i = 0; i < setups.size(); ++i) {
+    const NodeConfigView node = NodeConfigView::Of(setups[i].file, setups[i].cache, kNode);
+    for (const DescribedConfig& c : DescribeTopicConfigs(node, setups[i].topic)) {
+      if (c.sensitive) continue;
+      EXPECT_EQ(TopicConfigValue(node, setups[i].topic, c.name), c.value)
+          << "setup " << i << ": " << c.name;
+    }
+  }
+  // min.insync.replicas by level: topic, this node's dynamic, cluster-wide, file, default.
+  auto min_isr = [](const Setup& s) {
+    return TopicConfigValue(NodeConfigView::Of(s.file, s.cache, kNode), s.topic,
+                            "min.insync.replicas");
+  };
+  EXPECT_EQ(min_isr(setups[0]), "1");
+  EXPECT_EQ(min_isr(setups[1]), "2");
+  EXPECT_EQ(min_isr(setups[2]), "3") << "another node's dynamic value is not ours";
+  EXPECT_EQ(min_isr(setups[3]), "5");
+  setups[3].topic = Topic();
+  EXPECT_EQ(min_isr(setups[3]), "4");
+}
+
 TEST(TopicConfigsTest, BrokerResource) {
   config::Config file = File({{"log.retention.ms", "100"},
                               {"log.segment.bytes", "4096"},

@@ -152,8 +152,9 @@ TEST_F(ControllerTest, CreateTopicPlacesReplicasAndReturnsConfigs) {
     std::set<int32_t> distinct(part.replicas().begin(), part.replicas().end());
     EXPECT_EQ(distinct.size(), 3u);
     EXPECT_EQ(part.leader(), part.replicas(0));
+    // Only the leader is in sync until followers replicate.
     EXPECT_EQ(std::vector<int32_t>(part.isr().begin(), part.isr().end()),
-              std::vector<int32_t>(part.replicas().begin(), part.replicas().end()));
+              std::vector<int32_t>{part.replicas(0)});
     EXPECT_EQ(part.leader_epoch(), 0);
     ++leaders[part.leader()];
   }
@@ -795,7 +796,7 @@ TEST_F(ControllerTest, CreatePartitionsAddsPlacedPartitions) {
     EXPECT_EQ(part.partition_id(), p);
     ASSERT_EQ(part.replicas_size(), 2) << "the topic's replication factor";
     EXPECT_NE(part.replicas(0), part.replicas(1));
-    EXPECT_EQ(part.isr_size(), 2);
+    EXPECT_EQ(part.isr_size(), 1);
     EXPECT_EQ(part.leader(), part.replicas(0));
   }
 
@@ -1269,13 +1270,15 @@ TEST_F(SessionTest, HeartbeatErrors) {
   EXPECT_EQ(Heartbeat(*c, 1, again).error_code(), kNone);
 }
 
-TEST_F(SessionTest, SilentBrokerIsFencedAndItsPartitionsMoveToTheOtherIsrMember) {
+TEST_F(SessionTest, SilentBrokerIsFencedAndThePartitionsItLeadsWaitForIt) {
   auto c = Open();
   const int64_t e1 = RegisterEpoch(*c, 1);
   const int64_t e2 = RegisterEpoch(*c, 2);
-  // p0 led by 1 (follower 2), p1 led by 2 (follower 1).
+  // p0 led by 1 (replica 2), p1 led by 2 (replica 1). Followers do not replicate yet, so each
+  // ISR is its leader alone and no other replica may take over.
   CreatePlaced(*c, "t", {{1, 2}, {2, 1}});
   ASSERT_EQ(Partition(*c, "t", 0).leader(), 1);
+  ASSERT_EQ(Isr(Partition(*c, "t", 0)), std::vector<int32_t>({1}));
 
   // Only broker 2 heartbeats.
   ASSERT_TRUE(WaitWhileBeating(*c, {{2, e2}}, [&] { return Fenced(*c, 1); }))
@@ -1283,31 +1286,31 @@ TEST_F(SessionTest, SilentBrokerIsFencedAndItsPartitionsMoveToTheOtherIsrMember)
   EXPECT_FALSE(Fenced(*c, 2));
   EXPECT_EQ(c->Image().brokers().at(1).broker_epoch(), e1) << "fencing keeps the epoch";
   metadata::PartitionRecord p0 = Partition(*c, "t", 0);
-  EXPECT_EQ(p0.leader(), 2);
-  EXPECT_EQ(Isr(p0), std::vector<int32_t>({2}));
+  EXPECT_EQ(p0.leader(), -1) << "replica 2 holds none of p0's data";
+  EXPECT_EQ(Isr(p0), std::vector<int32_t>({1})) << "the last ISR member stays";
   EXPECT_EQ((std::vector<int32_t>{p0.replicas().begin(), p0.replicas().end()}),
             std::vector<int32_t>({1, 2}));
   EXPECT_EQ(p0.leader_epoch(), 1);
   EXPECT_EQ(p0.partition_epoch(), 1);
-  // A partition the fenced broker follows keeps its leader and loses it from the ISR.
+  // A partition the fenced broker only holds a replica of is unchanged.
   metadata::PartitionRecord p1 = Partition(*c, "t", 1);
   EXPECT_EQ(p1.leader(), 2);
   EXPECT_EQ(Isr(p1), std::vector<int32_t>({2}));
   EXPECT_EQ(p1.leader_epoch(), 0);
-  EXPECT_EQ(p1.partition_epoch(), 1);
+  EXPECT_EQ(p1.partition_epoch(), 0);
 
   // New replicas avoid the fenced broker.
   auto r = Create(*c, Topic("u", 4, 2));
   EXPECT_EQ(r.error_code(), Code(ErrorCode::kInvalidReplicationFactor)) << r.error_message();
 
-  // Broker 1 comes back: unfenced by its heartbeat; p0 stays with 2 (1 left its ISR).
+  // Broker 1 comes back: unfenced by its heartbeat, it leads p0 again in a new epoch.
   auto back = Heartbeat(*c, 1, e1);
   EXPECT_EQ(back.error_code(), kNone);
   EXPECT_FALSE(back.is_fenced());
   EXPECT_GE(back.metadata_offset(), 0);
   EXPECT_FALSE(Fenced(*c, 1));
-  EXPECT_EQ(Partition(*c, "t", 0).leader(), 2);
-  EXPECT_EQ(Partition(*c, "t", 0).leader_epoch(), 1);
+  EXPECT_EQ(Partition(*c, "t", 0).leader(), 1);
+  EXPECT_EQ(Partition(*c, "t", 0).leader_epoch(), 2);
   EXPECT_EQ(Heartbeat(*c, 1, e1).metadata_offset(), -1) << "unfenced once";
 }
 
