@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from harness import Node, wait_until
-from kafka_wire import NONE, Connection, record_batch
+from kafka_wire import NONE, UNKNOWN_TOPIC_OR_PARTITION, Connection, record_batch
 from test_quorum import ClusterCase
 
 NOT_ENOUGH_REPLICAS = 19
@@ -40,6 +40,19 @@ class HonestIsrTest(ClusterCase):
                                              self.partitions(node, name).values()),
                        20, f"{name}'s leaders known to node {node.node_id}")
 
+    @staticmethod
+    def produce(conn, acks, topic, value):
+        """One Produce v8 to partition 0, retried while the leader's storaged has not made
+        the new partition's log yet (UNKNOWN_TOPIC_OR_PARTITION, which clients retry)."""
+        found = {}
+
+        def answered():
+            r = conn.produce(8, acks, topic, {0: record_batch([value], int(time.time() * 1000))})
+            found["r"] = r[(topic, 0)]
+            return found["r"]["error"] != UNKNOWN_TOPIC_OR_PARTITION
+        wait_until(answered, 20, f"an answer from {topic}-0's leader")
+        return found["r"]
+
     def partitions(self, node, name):
         md = AdminClient({"bootstrap.servers": node.bootstrap}).list_topics(name, timeout=10)
         topic = md.topics.get(name)
@@ -56,12 +69,11 @@ class HonestIsrTest(ClusterCase):
         leader = self.partitions(self.nodes[0], "rf3")[0].leader
         conn = Connection(self.nodes[leader - 1].bootstrap)
         self.addCleanup(conn.sock.close)
-        now = int(time.time() * 1000)
-        refused = conn.produce(8, -1, "rf3", {0: record_batch([b"refused"], now)})[("rf3", 0)]
+        refused = self.produce(conn, -1, "rf3", b"refused")
         self.assertEqual(refused["error"], NOT_ENOUGH_REPLICAS, refused)
         self.assertIn("min.insync.replicas 2", refused["error_message"])
         # acks=1 asks only the leader, as in Kafka.
-        one = conn.produce(8, 1, "rf3", {0: record_batch([b"kept"], now)})[("rf3", 0)]
+        one = self.produce(conn, 1, "rf3", b"kept")
         self.assertEqual(one["error"], NONE, one)
         self.assertEqual(one["base_offset"], 0, "the refused batch was not appended")
         error, high_watermark, _records = conn.fetch("rf3", 0, 0)
@@ -70,7 +82,7 @@ class HonestIsrTest(ClusterCase):
         leader = self.partitions(self.nodes[0], "rf3-min1")[0].leader
         conn1 = Connection(self.nodes[leader - 1].bootstrap)
         self.addCleanup(conn1.sock.close)
-        ok = conn1.produce(8, -1, "rf3-min1", {0: record_batch([b"v"], now)})[("rf3-min1", 0)]
+        ok = self.produce(conn1, -1, "rf3-min1", b"v")
         self.assertEqual(ok["error"], NONE, ok)
         # Raised at run time, the topic's min.insync.replicas applies to the next produce.
         admin = AdminClient({"bootstrap.servers": self.nodes[0].bootstrap})
@@ -80,8 +92,7 @@ class HonestIsrTest(ClusterCase):
             future.result(timeout=30)
 
         def refused_now():
-            r = conn1.produce(8, -1, "rf3-min1", {0: record_batch([b"w"], now)})
-            return r[("rf3-min1", 0)]["error"] == NOT_ENOUGH_REPLICAS
+            return self.produce(conn1, -1, "rf3-min1", b"w")["error"] == NOT_ENOUGH_REPLICAS
         wait_until(refused_now, 20, "acks=all refused after min.insync.replicas became 2")
 
     def test_a_killed_leaders_partition_waits_for_it_and_keeps_its_records(self):
