@@ -28,7 +28,7 @@ TEST_DIR := build/asan
 CLANG_CHECK_DIR := build/tidy
 FUZZ_DIR := build/fuzz
 COMPAT_TESTS ?= test_topics test_topic_partitions test_console test_groups test_metadata_quorum \
-  test_java_client test_python_clients test_go_client test_perf_tools
+  test_java_client test_python_clients test_go_client test_perf_tools test_features
 # What tidy-changed compares with; empty: origin/main, else main (on main itself: HEAD~1).
 TIDY_BASE ?=
 CMAKE_COMMON := -G Ninja -DCMAKE_EXPORT_COMPILE_COMMANDS=ON

@@ -14,7 +14,7 @@
 // leadership, DeadlineExceeded = not committed in time.
 //
 // Defined in controller.cc (the core: apply, commit, watchers) and beside it by concern:
-// controller_topics.cc, controller_brokers.cc, controller_configs.cc.
+// controller_topics.cc, controller_brokers.cc, controller_configs.cc, controller_features.cc.
 #pragma once
 
 #include <chrono>
@@ -132,6 +132,13 @@ class Controller final : private Quorum::StateMachine {
   StatusOr<controller::AllocateProducerIdsResponse> AllocateProducerIds(
       const controller::AllocateProducerIdsRequest& request, Deadline deadline = {});
   static constexpr int32_t kProducerIdBlockSize = 1000;  // Kafka's block size
+  // Changes finalized feature levels with Kafka's rules (FeatureControlManager): each update
+  // checked against the levels Runnel supports (common/util/features.h) and the direction its
+  // upgrade type allows; the first refused one (by name) refuses all, with Kafka's message.
+  // Otherwise one batch of FeatureLevelRecords (level 0 removes a feature), unless
+  // validate_only.
+  StatusOr<controller::UpdateFeaturesResponse> UpdateFeatures(
+      const controller::UpdateFeaturesRequest& request, Deadline deadline = {});
 
   // Reads of this node's image (any node); controller_id is the known leader (-1 none).
   StatusOr<controller::DescribeClusterResponse> DescribeCluster();
@@ -255,6 +262,12 @@ class Controller final : private Quorum::StateMachine {
   std::optional<protocol::KafkaError> AlterResourceLocked(
       const controller::AlterConfigsResource& resource, bool incremental,
       std::vector<metadata::ConfigRecord>* records) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // One UpdateFeatures update: its FeatureLevelRecord appended to `batch`, or the
+  // INVALID_UPDATE_VERSION refusing it.
+  std::optional<protocol::KafkaError> UpdateFeatureLocked(
+      const controller::FeatureUpdate& update, metadata::MetadataRecordBatch* batch) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ControllerOptions options_;
   std::unique_ptr<Quorum> quorum_;

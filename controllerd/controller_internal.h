@@ -1,5 +1,6 @@
 // What the files of the Controller class share (controller.cc, controller_topics.cc,
-// controller_brokers.cc, controller_configs.cc). Not an interface: include it only there.
+// controller_brokers.cc, controller_configs.cc, controller_features.cc). Not an interface:
+// include it only there.
 #pragma once
 
 #include <spdlog/spdlog.h>

@@ -243,6 +243,17 @@ grpc::Status ControllerServiceImpl::AllocateProducerIds(
   });
 }
 
+grpc::Status ControllerServiceImpl::UpdateFeatures(grpc::ServerContext* context,
+                                                   const controller::UpdateFeaturesRequest* request,
+                                                   controller::UpdateFeaturesResponse* response) {
+  return Guard("UpdateFeatures", [&] {
+    return Route<controller::UpdateFeaturesRequest, controller::UpdateFeaturesResponse>(
+        context, *request, response,
+        [&](Deadline d) { return controller_.UpdateFeatures(*request, d); }, &Stub::UpdateFeatures,
+        &MetadataOffset<controller::UpdateFeaturesResponse>);
+  });
+}
+
 grpc::Status ControllerServiceImpl::WatchMetadata(
     grpc::ServerContext* context, const controller::WatchRequest* request,
     grpc::ServerWriter<controller::MetadataUpdate>* writer) {

@@ -58,6 +58,9 @@ class ControllerServiceImpl final : public controller::ControllerService::Servic
   grpc::Status AllocateProducerIds(grpc::ServerContext* context,
                                    const controller::AllocateProducerIdsRequest* request,
                                    controller::AllocateProducerIdsResponse* response) override;
+  grpc::Status UpdateFeatures(grpc::ServerContext* context,
+                              const controller::UpdateFeaturesRequest* request,
+                              controller::UpdateFeaturesResponse* response) override;
   grpc::Status WatchMetadata(grpc::ServerContext* context, const controller::WatchRequest* request,
                              grpc::ServerWriter<controller::MetadataUpdate>* writer) override;
 

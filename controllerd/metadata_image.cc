@@ -56,7 +56,12 @@ Status MetadataImage::ApplyRecord(const metadata::MetadataRecord& record) {
       return absl::OkStatus();
     }
     case R::kFeatureLevel:
-      features_[record.feature_level().name()] = record.feature_level().feature_level();
+      // Level 0 removes the feature (Kafka's replay of a FeatureLevelRecord).
+      if (record.feature_level().feature_level() == 0) {
+        features_.erase(record.feature_level().name());
+      } else {
+        features_[record.feature_level().name()] = record.feature_level().feature_level();
+      }
       return absl::OkStatus();
     case R::kRegisterBroker: {
       const auto& b = record.register_broker();

@@ -38,6 +38,7 @@ class MetadataImage {
   // Offset of the last applied entry, -1 when none.
   int64_t offset() const { return offset_; }
   const std::string& cluster_id() const { return cluster_id_; }
+  // The finalized features above level 0 (a level-0 record removes one).
   const std::map<std::string, int32_t>& features() const { return features_; }
   const std::map<int32_t, metadata::RegisterBrokerRecord>& brokers() const { return brokers_; }
   // Dynamic broker configs: resource name (a node id as text, "" = cluster default) -> key ->

@@ -90,6 +90,13 @@ void ControllerClient::AlterConfigs(const runnel::controller::AlterConfigsReques
                     runnel::controller::AlterConfigsResponse, req, timeout, done);
 }
 
+void ControllerClient::UpdateFeatures(const runnel::controller::UpdateFeaturesRequest& req,
+                                      std::chrono::milliseconds timeout,
+                                      Done<runnel::controller::UpdateFeaturesResponse> done) {
+  RUNNEL_ASYNC_CALL(UpdateFeatures, runnel::controller::UpdateFeaturesRequest,
+                    runnel::controller::UpdateFeaturesResponse, req, timeout, done);
+}
+
 void ControllerClient::RegisterBroker(const runnel::controller::RegisterBrokerRequest& req,
                                       std::chrono::milliseconds timeout,
                                       Done<runnel::controller::RegisterBrokerResponse> done) {

@@ -54,6 +54,9 @@ class ControllerClient {
   void AlterConfigs(const runnel::controller::AlterConfigsRequest& req,
                     std::chrono::milliseconds timeout,
                     Done<runnel::controller::AlterConfigsResponse> done);
+  void UpdateFeatures(const runnel::controller::UpdateFeaturesRequest& req,
+                      std::chrono::milliseconds timeout,
+                      Done<runnel::controller::UpdateFeaturesResponse> done);
 
   // Registers (again) from the loop, e.g. when a heartbeat is told the registration is gone.
   void RegisterBroker(const runnel::controller::RegisterBrokerRequest& req,

@@ -8,7 +8,7 @@ using protocol::ApiKey;
 
 std::span<const ApiEntry> SupportedApis() {
   static const ApiEntry kApis[] = {
-      {ApiKey::kProduce, 0, 12, &HandleProduce},
+      {ApiKey::kProduce, 0, 13, &HandleProduce},
       {ApiKey::kFetch, 4, 18, &HandleFetch},
       {ApiKey::kListOffsets, 1, 11, &HandleListOffsets},
       {ApiKey::kDeleteRecords, 0, 2, &HandleDeleteRecords},
@@ -20,6 +20,7 @@ std::span<const ApiEntry> SupportedApis() {
       {ApiKey::kDeleteTopics, 1, 6, &HandleDeleteTopics},
       {ApiKey::kDescribeCluster, 0, 2, &HandleDescribeCluster},
       {ApiKey::kDescribeQuorum, 0, 2, &HandleDescribeQuorum},
+      {ApiKey::kUpdateFeatures, 0, 2, &HandleUpdateFeatures},
       {ApiKey::kDescribeTopicPartitions, 0, 0, &HandleDescribeTopicPartitions},
       {ApiKey::kCreatePartitions, 0, 3, &HandleCreatePartitions},
       {ApiKey::kDescribeConfigs, 1, 4, &HandleDescribeConfigs},

@@ -2,10 +2,11 @@
 // must match Kafka's pattern (INVALID_REQUEST); from v5 (KIP-1242) a client that names the
 // cluster id it expects (non-null) gets REBOOTSTRAP_REQUIRED unless both it and the node id
 // it names are this broker's. Either error answers with no API list, as Kafka. From v3 the
-// answer carries the cluster's transaction.version (FillFeatures).
+// answer carries the cluster's supported and finalized features (FillFeatures).
 #include <regex>
 
 #include "brokerd/handlers/handler.h"
+#include "common/util/features.h"
 
 namespace runnel::brokerd {
 namespace {
@@ -16,25 +17,27 @@ using protocol::ErrorCode;
 
 constexpr int16_t kFirstClusterCheckVersion = 5;
 
-// The features a client may look at (v3+). Only transaction.version is told: clients use it
-// (the Java producer runs KIP-890 part 2 from level 2). Runnel's metadata.version is its own
-// numbering, not Kafka's, so it stays out of the answer.
-constexpr std::string_view kTransactionVersion = "transaction.version";
-constexpr int16_t kMaxTransactionVersion = 2;
-
+// The features a client may look at (v3+): those Runnel supports, with their ranges
+// (common/util/features.h: transaction.version only; why not the others is there), and the
+// levels the cluster finalized (UpdateFeatures changes them). Runnel's metadata.version is
+// its own numbering, not Kafka's, so it stays out of the answer.
 void FillFeatures(const MetadataCache& metadata, ApiVersionsResponse& resp) {
-  ApiVersionsResponse::SupportedFeatureKey supported;
-  supported.name = std::string(kTransactionVersion);
-  supported.min_version = 0;
-  supported.max_version = kMaxTransactionVersion;
-  resp.supported_features.push_back(std::move(supported));
+  for (const SupportedFeature& f : SupportedFeatures()) {
+    ApiVersionsResponse::SupportedFeatureKey supported;
+    supported.name = std::string(f.name);
+    supported.min_version = f.min_level;
+    supported.max_version = f.max_level;
+    resp.supported_features.push_back(std::move(supported));
+  }
   resp.finalized_features_epoch = metadata.features_epoch();
-  if (int16_t level = metadata.FeatureLevel(std::string(kTransactionVersion)); level > 0) {
-    ApiVersionsResponse::FinalizedFeatureKey finalized;
-    finalized.name = std::string(kTransactionVersion);
-    finalized.min_version_level = level;
-    finalized.max_version_level = level;
-    resp.finalized_features.push_back(std::move(finalized));
+  for (const SupportedFeature& f : SupportedFeatures()) {
+    if (int16_t level = metadata.FeatureLevel(std::string(f.name)); level > 0) {
+      ApiVersionsResponse::FinalizedFeatureKey finalized;
+      finalized.name = std::string(f.name);
+      finalized.min_version_level = level;
+      finalized.max_version_level = level;
+      resp.finalized_features.push_back(std::move(finalized));
+    }
   }
 }
 

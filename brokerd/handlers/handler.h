@@ -123,6 +123,7 @@ void HandleEndTxn(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDescribeTransactions(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleListTransactions(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 void HandleDescribeProducers(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
+void HandleUpdateFeatures(BrokerContext&, std::unique_ptr<RequestContext>, Respond);
 
 // AlterConfigs and IncrementalAlterConfigs (alter_configs.cc): answers here the broker
 // resources naming another node, as Kafka's broker does, sends the rest to the controller,

@@ -1,6 +1,7 @@
-// Produce (key 0): v3-v12 served, advertised from v0 because librdkafka reads the advertised
+// Produce (key 0): v3-v13 served, advertised from v0 because librdkafka reads the advertised
 // minimum; v0-v2 (message format v0/v1) are answered UNSUPPORTED_VERSION per partition, as
-// Kafka 4 does.
+// Kafka 4 does. v13 names topics by id in the request and the answer (KIP-516): an id this
+// broker does not know is UNKNOWN_TOPIC_ID; otherwise v13 is v12.
 //
 // brokerd checks what depends on the request (acks, topic, leadership, for acks=all an ISR of
 // at least the topic's min.insync.replicas (else NOT_ENOUGH_REPLICAS, before appending, as
@@ -50,6 +51,7 @@ constexpr size_t kProducerEpochOffset = 51;
 constexpr uint8_t kTransactionalBit = 0x10;
 constexpr int16_t kFirstTransactionAbortableVersion = 11;
 constexpr int16_t kFirstImplicitAddVersion = 12;
+constexpr int16_t kFirstTopicIdVersion = 13;
 
 bool IsTransactional(std::span<const uint8_t> batch) {
   return batch.size() >= record::kBatchHeaderSize &&
@@ -183,14 +185,22 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
     }
   }
   resp.responses.reserve(req.topic_data.size());
+  const bool by_id = version >= kFirstTopicIdVersion;
   for (auto& topic : req.topic_data) {
     ProduceResponse::TopicProduceResponse& t = resp.responses.emplace_back();
-    t.name = topic.name;
+    if (by_id) {
+      t.topic_id = topic.topic_id;
+    } else {
+      t.name = topic.name;
+    }
     t.partition_responses.reserve(topic.partition_data.size());
   }
   for (size_t ti = 0; ti < req.topic_data.size(); ++ti) {
     auto& topic = req.topic_data[ti];
-    const TopicInfo* info = broker.metadata.FindTopic(topic.name);
+    // From v13 a topic is named by its id (KIP-516); the name serves the checks below.
+    const TopicInfo* info = by_id ? broker.metadata.FindTopicById(topic.topic_id)
+                                  : broker.metadata.FindTopic(topic.name);
+    if (by_id && info != nullptr) topic.name = info->name;
     for (auto& partition : topic.partition_data) {
       ProduceResponse::PartitionProduceResponse& out =
           resp.responses[ti].partition_responses.emplace_back();
@@ -207,6 +217,10 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
       if (transactional_without_id) {
         fail(ErrorCode::kTransactionalIdAuthorizationFailed,
              "a transactional batch needs the request's transactional id");
+        continue;
+      }
+      if (by_id && info == nullptr) {
+        fail(ErrorCode::kUnknownTopicId, "");
         continue;
       }
       if (req.acks != 0 && req.acks != 1 && req.acks != -1) {

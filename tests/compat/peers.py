@@ -169,7 +169,7 @@ def runnel_gap(why):
 class Target:
     """One node of the target under test, on 127.0.0.1, in a fresh temporary directory."""
 
-    def __init__(self, kind=TARGET, runnel_config=None, kafka_props=None):
+    def __init__(self, kind=TARGET, runnel_config=None, kafka_props=None, kafka_features=None):
         self.kind = kind
         self.runnel_config = {
             # Kafka's defaults for what a one-node test cluster needs, on both targets.
@@ -180,6 +180,9 @@ class Target:
         }
         self.runnel_config.update(runnel_config or {})
         self.kafka_props = dict(kafka_props or {})
+        # Feature levels Kafka's node is formatted with ({"transaction.version": 0}), as
+        # runnel.bootstrap.* gives them to Runnel's.
+        self.kafka_features = dict(kafka_features or {})
         self.node = None
         self.dir = None
         self.port = None
@@ -210,8 +213,10 @@ class Target:
             for k, v in self.kafka_props.items():
                 f.write(f"{k}={v}\n")
         node_dir = os.path.join(self.dir, "node")
+        features = [a for k, v in self.kafka_features.items() for a in ("--feature", f"{k}={v}")]
         out = subprocess.run([KAFKA, "start-node", node_dir, "--port", str(self.port),
-                              "--props", props], capture_output=True, text=True, timeout=180)
+                              "--props", props, *features],
+                             capture_output=True, text=True, timeout=180)
         if out.returncode != 0:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise RuntimeError(f"Kafka node did not start:\n{out.stderr}")
@@ -258,11 +263,13 @@ class TargetTestCase(unittest.TestCase):
     """One target node per test class (a JVM start costs seconds on two cores)."""
     runnel_config = None
     kafka_props = None
+    kafka_features = None
 
     @classmethod
     def setUpClass(cls):
         require_peers()
-        cls.target = Target(runnel_config=cls.runnel_config, kafka_props=cls.kafka_props)
+        cls.target = Target(runnel_config=cls.runnel_config, kafka_props=cls.kafka_props,
+                            kafka_features=cls.kafka_features)
         cls.target.start()
         cls.bootstrap = cls.target.bootstrap
 

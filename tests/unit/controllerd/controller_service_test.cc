@@ -148,6 +148,23 @@ TEST_F(ControllerServiceTest, CreatePartitionsAndAlterConfigsOverGrpc) {
   EXPECT_EQ(controller_->Image().TopicByName("grow")->configs.at("retention.ms"), "60000");
 }
 
+TEST_F(ControllerServiceTest, UpdateFeaturesOverGrpc) {
+  controller::UpdateFeaturesRequest req;
+  auto* u = req.add_updates();
+  u->set_feature("transaction.version");
+  u->set_max_version_level(1);
+  u->set_upgrade_type(1);  // UPGRADE cannot lower the new cluster's level 2
+  controller::UpdateFeaturesResponse resp;
+  ASSERT_TRUE(stub_->UpdateFeatures(Ctx().get(), req, &resp).ok());
+  EXPECT_EQ(resp.error_code(), static_cast<int32_t>(ErrorCode::kInvalidUpdateVersion));
+  EXPECT_EQ(resp.metadata_offset(), -1);
+  u->set_upgrade_type(2);  // SAFE_DOWNGRADE
+  ASSERT_TRUE(stub_->UpdateFeatures(Ctx().get(), req, &resp).ok());
+  EXPECT_EQ(resp.error_code(), 0) << resp.error_message();
+  EXPECT_EQ(resp.metadata_offset(), controller_->Image().offset());
+  EXPECT_EQ(controller_->Image().features().at("transaction.version"), 1);
+}
+
 TEST_F(ControllerServiceTest, WatchDeliversImageThenEveryDeltaInOrder) {
   RegisterBroker(1);
   grpc::ClientContext ctx;

@@ -1389,5 +1389,144 @@ TEST_F(SessionTest, RestartedLeaderGivesEveryBrokerAFullSession) {
   EXPECT_FALSE(Fenced(*c, 1));
 }
 
+// ---- UpdateFeatures ---------------------------------------------------------------------
+
+constexpr int32_t kUpgrade = 1;
+constexpr int32_t kSafeDowngrade = 2;
+constexpr int32_t kUnsafeDowngrade = 3;
+
+controller::FeatureUpdate Feature(const std::string& name, int32_t level, int32_t type) {
+  controller::FeatureUpdate u;
+  u.set_feature(name);
+  u.set_max_version_level(level);
+  u.set_upgrade_type(type);
+  return u;
+}
+
+controller::UpdateFeaturesResponse Update(Controller& c,
+                                          std::vector<controller::FeatureUpdate> updates,
+                                          bool validate_only = false) {
+  controller::UpdateFeaturesRequest req;
+  for (auto& u : updates) *req.add_updates() = std::move(u);
+  req.set_validate_only(validate_only);
+  auto resp = c.UpdateFeatures(req);
+  EXPECT_TRUE(resp.ok()) << resp.status();
+  return resp.ok() ? *resp : controller::UpdateFeaturesResponse();
+}
+
+int32_t Level(const Controller& c, const std::string& name) {
+  auto features = c.Image().features();
+  auto it = features.find(name);
+  return it == features.end() ? 0 : it->second;
+}
+
+// The whole-request refusal Kafka's QuorumController gives, around FeatureControlManager's
+// per-feature message.
+void ExpectRefused(const controller::UpdateFeaturesResponse& r, const std::string& message) {
+  EXPECT_EQ(r.error_code(), Code(ErrorCode::kInvalidUpdateVersion)) << r.error_message();
+  EXPECT_EQ(
+      r.error_message(),
+      "The update failed for all features since the following feature had an error: " + message);
+  EXPECT_EQ(r.metadata_offset(), -1);
+}
+
+TEST_F(ControllerTest, UpdateFeaturesUpgradesAndDowngradesTransactionVersion) {
+  options_.transaction_version = 0;
+  auto c = Open();
+  EXPECT_EQ(c->Image().features().count("transaction.version"), 0u) << "level 0 is no feature";
+
+  auto up = Update(*c, {Feature("transaction.version", 2, kUpgrade)});
+  EXPECT_EQ(up.error_code(), kNone) << up.error_message();
+  EXPECT_FALSE(up.has_error_message());
+  EXPECT_EQ(up.metadata_offset(), c->Image().offset());
+  EXPECT_EQ(Level(*c, "transaction.version"), 2);
+
+  ExpectRefused(Update(*c, {Feature("transaction.version", 1, kUpgrade)}),
+                "Invalid update version 1 for feature transaction.version. Can't downgrade the "
+                "version of this feature without setting the upgrade type to either safe or "
+                "unsafe downgrade.");
+  auto down = Update(*c, {Feature("transaction.version", 1, kSafeDowngrade)});
+  EXPECT_EQ(down.error_code(), kNone) << down.error_message();
+  EXPECT_GT(down.metadata_offset(), up.metadata_offset());
+  EXPECT_EQ(Level(*c, "transaction.version"), 1);
+  ExpectRefused(Update(*c, {Feature("transaction.version", 2, kSafeDowngrade)}),
+                "Invalid update version 2 for feature transaction.version. Can't downgrade to a "
+                "newer version.");
+  // The same level again is allowed and written, as Kafka does.
+  auto same = Update(*c, {Feature("transaction.version", 1, kUpgrade)});
+  EXPECT_EQ(same.error_code(), kNone) << same.error_message();
+  EXPECT_GT(same.metadata_offset(), down.metadata_offset());
+
+  // Level 0 removes the feature, and the removal survives a restart.
+  auto off = Update(*c, {Feature("transaction.version", 0, kUnsafeDowngrade)});
+  EXPECT_EQ(off.error_code(), kNone) << off.error_message();
+  EXPECT_EQ(c->Image().features().count("transaction.version"), 0u);
+  c.reset();
+  c = Open();
+  EXPECT_EQ(c->Image().features().count("transaction.version"), 0u);
+  EXPECT_EQ(Level(*c, "metadata.version"), 1);
+}
+
+TEST_F(ControllerTest, UpdateFeaturesRefusesWithKafkasMessages) {
+  auto c = Open();
+  ASSERT_EQ(Level(*c, "transaction.version"), 2);
+  const int64_t offset = c->Image().offset();
+  ExpectRefused(Update(*c, {Feature("transaction.version", 3, kUpgrade)}),
+                "Invalid update version 3 for feature transaction.version. Local controller 7 "
+                "only supports versions 0-2");
+  ExpectRefused(Update(*c, {Feature("transaction.version", -1, kSafeDowngrade)}),
+                "Invalid update version -1 for feature transaction.version. A feature version "
+                "cannot be less than 0.");
+  for (int32_t type : {0, 4, -1}) {
+    ExpectRefused(Update(*c, {Feature("transaction.version", 1, type)}),
+                  "Invalid update version 1 for feature transaction.version. The controller does "
+                  "not support the given upgrade type.");
+  }
+  ExpectRefused(Update(*c, {Feature("group.version", 1, kUpgrade)}),
+                "Invalid update version 1 for feature group.version. Local controller 7 does not "
+                "support this feature.");
+  ExpectRefused(Update(*c, {Feature("no.such.feature", 0, kUpgrade)}),
+                "Invalid update version 0 for feature no.such.feature. Feature no.such.feature "
+                "not found.");
+  // Runnel's own metadata.version is not Kafka's and is not changed through UpdateFeatures.
+  ExpectRefused(Update(*c, {Feature("metadata.version", 1, kUpgrade)}),
+                "Invalid update version 1 for feature metadata.version. Local controller 7 does "
+                "not support this feature.");
+  EXPECT_EQ(c->Image().offset(), offset) << "nothing written";
+  EXPECT_EQ(Level(*c, "transaction.version"), 2);
+  EXPECT_EQ(Level(*c, "metadata.version"), 1);
+}
+
+TEST_F(ControllerTest, UpdateFeaturesIsAllOrNothingAndValidateOnlyWritesNothing) {
+  auto c = Open();
+  const int64_t offset = c->Image().offset();
+  ExpectRefused(Update(*c, {Feature("transaction.version", 1, kSafeDowngrade),
+                            Feature("kraft.version", 1, kUpgrade)}),
+                "Invalid update version 1 for feature kraft.version. Local controller 7 does not "
+                "support this feature.");
+  EXPECT_EQ(Level(*c, "transaction.version"), 2);
+
+  auto check = Update(*c, {Feature("transaction.version", 1, kSafeDowngrade)}, true);
+  EXPECT_EQ(check.error_code(), kNone) << check.error_message();
+  EXPECT_EQ(check.metadata_offset(), -1);
+  EXPECT_EQ(Level(*c, "transaction.version"), 2);
+  // validate_only still refuses what a real update would.
+  ExpectRefused(Update(*c, {Feature("transaction.version", 1, kUpgrade)}, true),
+                "Invalid update version 1 for feature transaction.version. Can't downgrade the "
+                "version of this feature without setting the upgrade type to either safe or "
+                "unsafe downgrade.");
+  EXPECT_EQ(c->Image().offset(), offset);
+
+  // A feature named twice: the last one counts.
+  auto twice = Update(*c, {Feature("transaction.version", 1, kUpgrade),
+                           Feature("transaction.version", 0, kSafeDowngrade)});
+  EXPECT_EQ(twice.error_code(), kNone) << twice.error_message();
+  EXPECT_EQ(c->Image().features().count("transaction.version"), 0u);
+  // No updates: nothing to write, no error.
+  auto none = Update(*c, {});
+  EXPECT_EQ(none.error_code(), kNone);
+  EXPECT_EQ(none.metadata_offset(), -1);
+}
+
 }  // namespace
 }  // namespace runnel::controllerd
