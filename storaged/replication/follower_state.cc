@@ -21,6 +21,15 @@ FollowerFetch FollowerState::NextFetch(const EpochHistory& epochs, int64_t log_e
   return f;
 }
 
+bool FollowerState::IsCurrent(const FollowerFetch& answered, const EpochHistory& epochs,
+                              int64_t log_end_offset) const {
+  FollowerFetch now = NextFetch(epochs, log_end_offset);
+  return answered.replica == now.replica &&
+         answered.current_leader_epoch == now.current_leader_epoch &&
+         answered.fetch_offset == now.fetch_offset &&
+         answered.last_fetched_epoch == now.last_fetched_epoch;
+}
+
 FollowerState::Truncation FollowerState::TruncationFor(const EpochEndOffset& diverging,
                                                        const EpochHistory& epochs,
                                                        int64_t log_end_offset) {

@@ -27,6 +27,15 @@ class FollowerState {
   // none) and our current leader epoch.
   FollowerFetch NextFetch(const EpochHistory& epochs, int64_t log_end_offset) const;
 
+  // Whether the answer to `answered` may be applied: only when that fetch is the one we
+  // would send now (same offset, last fetched epoch and leader epoch). An answer to an
+  // earlier fetch (resent after a timeout, overtaken, or sent before a truncation) is
+  // dropped, as Kafka's fetcher drops a response whose fetch offset no longer matches:
+  // a stale diverging epoch would otherwise cut records fetched since, below the high
+  // watermark of an ISR member.
+  bool IsCurrent(const FollowerFetch& answered, const EpochHistory& epochs,
+                 int64_t log_end_offset) const;
+
   struct Truncation {
     int64_t offset = 0;     // truncate the log to this end (never above the log end)
     bool complete = false;  // false: fetch again, the leader will say more (Kafka's

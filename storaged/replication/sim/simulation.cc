@@ -95,6 +95,7 @@ struct Replica {
   int incarnation = 0;
   std::vector<Rec> log;
   int64_t flushed = 0;
+  bool failed = false;  // kKafkaUnflushed: lost its unflushed tail, not back in the ISR yet
   EpochHistory epochs;
   std::optional<LeaderState> leader;
   std::optional<FollowerState> follower;
@@ -166,6 +167,10 @@ class Simulation {
   // The offset reads and acks may go up to on a replica that leads (the HW; a plant
   // changes it).
   int64_t ReadableEnd(const Replica& rep) const;
+  // The end the leader counts for the high watermark.
+  int64_t DurableEnd(const Replica& rep) const {
+    return config_.durability == Durability::kKafkaUnflushed ? rep.end() : rep.flushed;
+  }
 
   // ---- controller
   void ControllerTick();
@@ -302,21 +307,19 @@ void Simulation::ReplicaTick(int r) {
     m.unclean_restart = rep.report_unclean_restart;
     Send(std::move(m));
   }
+  bool unflushed_model = config_.durability == Durability::kKafkaUnflushed;
+  if (Chance(unflushed_model ? 0.1 : 0.5)) rep.flushed = rep.end();
   if (rep.leader) {
-    if (Chance(0.5) && rep.flushed < rep.end()) {
-      rep.flushed = rep.end();
-      rep.leader->OnLocalEnd(rep.end(), rep.flushed, now_);
-    }
     if (std::optional<IsrProposal> p = rep.leader->MaybeShrinkIsr(now_)) {
       SendProposal(r, *p);
     } else if (rep.leader->pending() && now_ - rep.proposal_sent_ms >= kProposalResendMs) {
       SendProposal(r, *rep.leader->pending());
     }
-    rep.leader->OnLocalEnd(rep.end(), rep.flushed, now_);
+    rep.leader->OnLocalEnd(rep.end(), DurableEnd(rep), now_);
   } else if (rep.follower) {
     if (rep.fetch_in_flight && now_ - rep.fetch_sent_ms < kFetchTimeoutMs) return;
-    // The follower's model: what it reports in a fetch is on its disk.
-    rep.flushed = rep.end();
+    // kFlushedOnIsr: what a follower reports in a fetch is on its disk.
+    if (!unflushed_model) rep.flushed = rep.end();
     Msg m;
     m.kind = MsgKind::kFetch;
     m.from = r;
@@ -347,7 +350,7 @@ void Simulation::OnRecord(int r, const PartitionRegistration& p) {
     ReplicationConfig rc;
     rc.replica_lag_time_max_ms = kLagTimeMaxMs;
     rc.min_insync_replicas = config_.min_insync_replicas;
-    rep.leader.emplace(r, p, rep.end(), rep.flushed, hw, now_, rc);
+    rep.leader.emplace(r, p, rep.end(), DurableEnd(rep), hw, now_, rc);
     ++result_.stats.leaders;
     Trace(fmt::format("r{} becomes leader e{} at end {} hw {}", r, p.leader_epoch, rep.end(),
                       rep.leader->high_watermark()));
@@ -395,6 +398,12 @@ void Simulation::OnFetchAnswer(int r, const Msg& m) {
   }
   const FetchAnswer& a = m.answer;
   if (a.error != ErrorCode::kNone) return;  // retried at the next tick
+  // Only the answer to the fetch we would send now (the planted rule sends no epoch).
+  FollowerFetch sent = m.fetch;
+  if (config_.plant == Plant::kNoDivergenceCheck) {
+    sent.last_fetched_epoch = rep.follower->NextFetch(rep.epochs, rep.end()).last_fetched_epoch;
+  }
+  if (!rep.follower->IsCurrent(sent, rep.epochs, rep.end())) return;
   if (a.diverging_epoch) {
     FollowerState::Truncation t =
         FollowerState::TruncationFor(*a.diverging_epoch, rep.epochs, rep.end());
@@ -404,8 +413,6 @@ void Simulation::OnFetchAnswer(int r, const Msg& m) {
     Truncate(r, t.offset);
     return;
   }
-  // The log may have moved since the fetch (a truncation): only records that continue it.
-  if (m.fetch.fetch_offset != rep.end()) return;
   for (const Rec& rec : m.records) {
     rep.epochs.Assign(rec.epoch, rep.end());
     rep.log.push_back(rec);
@@ -461,6 +468,17 @@ void Simulation::OnMessage(int r, const Msg& m) {
 void Simulation::Crash(int r) {
   Replica& rep = replicas_[r];
   ++result_.stats.crashes;
+  if (config_.durability == Durability::kKafkaUnflushed) {
+    // The failure assumption: fewer than min.insync.replicas replicas lose data at once;
+    // past that, a crash keeps the page cache (a process crash, not a power loss).
+    int failed = 0;
+    for (const Replica& other : replicas_) failed += other.failed ? 1 : 0;
+    if (failed + 1 < config_.min_insync_replicas && rep.flushed < rep.end()) {
+      rep.failed = true;
+    } else {
+      rep.flushed = rep.end();
+    }
+  }
   Trace(fmt::format("r{} crashes (end {}, flushed {})", r, rep.end(), rep.flushed));
   rep.up = false;
   ++rep.incarnation;
@@ -514,6 +532,12 @@ void Simulation::SetRecord(const PartitionRegistration& p, const std::string& wh
                      next.leader_epoch));
   }
   if (!(next.isr == record_.isr)) ++result_.stats.isr_changes;
+  // A failed replica has recovered once an AlterPartition brings it back into the ISR (it
+  // then holds everything below the high watermark).
+  for (int32_t b : next.isr) {
+    Replica& rep = replicas_[static_cast<size_t>(b)];
+    if (rep.failed && rep.up && !record_.InIsr(b)) rep.failed = false;
+  }
   record_ = next;
   Trace(fmt::format("controller: {} -> {}", why, record_.ToString()));
   Broadcast();
@@ -617,7 +641,7 @@ void Simulation::Produce() {
   }
   PendingProduce p{r, rep.leader->leader_epoch(), rep.end(), next_value_++, now_};
   rep.log.push_back(Rec{p.leader_epoch, p.value});
-  rep.leader->OnLocalEnd(rep.end(), rep.flushed, now_);
+  rep.leader->OnLocalEnd(rep.end(), DurableEnd(rep), now_);
   ++result_.stats.produced;
   produces_[{r, p.leader_epoch}].push_back(p);
 }

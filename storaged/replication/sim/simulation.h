@@ -18,13 +18,14 @@
 //     the ISR, leadership moves: OnBrokerFenced); a heartbeat unfences it; AlterPartition
 //     answered with the pure rules; the record is broadcast on every change and every
 //     100 ms (metadata may be lost like any message).
-//   - flushing (the durability model the invariants assume): a follower flushes what it has
-//     before each fetch, so the offset it reports is on its disk; the leader flushes at
-//     random ticks and reports its flushed end as its own end for the high watermark. So
-//     acks=all and the high watermark mean "flushed on every member of the (maximal) ISR",
-//     and a crash of any number of replicas loses nothing below a high watermark: the
-//     failure assumption is that no disk loses flushed data (fewer than
-//     min.insync.replicas replicas losing flushed data is not modelled).
+//   - flushing (Durability::kFlushedOnIsr, the model the invariants assume; see Durability
+//     for Kafka's): a follower flushes what it has before each fetch, so the offset it
+//     reports is on its disk; the leader flushes at random ticks and reports its flushed
+//     end as its own end for the high watermark. So acks=all and the high watermark mean
+//     "flushed on every member of the (maximal) ISR", and a crash of any number of replicas
+//     loses nothing below a high watermark: the failure assumption is that no disk loses
+//     flushed data (fewer than min.insync.replicas replicas losing flushed data is not
+//     modelled).
 //   - producers: every 5-20 ms an acks=all record goes to a random live replica that
 //     believes it leads (a deposed leader that does not know it yet included):
 //     NOT_ENOUGH_REPLICAS before the append when its ISR is below min.insync.replicas;
@@ -68,12 +69,26 @@ enum class Plant {
   kAckBeforeReplicated,    // acks=all answered as soon as the leader appended
 };
 
+// When a replica's log end counts for the high watermark.
+enum class Durability {
+  // A follower flushes before each fetch; the leader counts its flushed end. acks=all means
+  // flushed on every ISR member, and any number of crashes loses nothing acknowledged.
+  kFlushedOnIsr,
+  // Kafka's default: log ends count as soon as written (flushes are rare and random). A
+  // crash loses the unflushed tail of at most min.insync.replicas - 1 replicas at once (a
+  // replica counts as failed from such a crash until an AlterPartition brings it back into
+  // the ISR); other crashes keep the page cache. Without KIP-966's eligible leader replicas
+  // this loses acknowledged records (ReplicationSimKafkaModel).
+  kKafkaUnflushed,
+};
+
 struct SimConfig {
   uint64_t seed = 1;
   int replicas = 3;
   int min_insync_replicas = 2;
   int64_t steps = 1000;  // events handled
   Plant plant = Plant::kNone;
+  Durability durability = Durability::kFlushedOnIsr;
   std::function<void(const std::string&)> trace_sink;  // every trace line as it happens
   bool keep_trace = false;                             // keep every line in SimResult::trace
   size_t trace_tail = 40;                              // trace lines shown with a failure

@@ -20,6 +20,19 @@ TEST(FollowerState, NextFetchIsFromTheLogEndWithTheLatestEpoch) {
   EXPECT_EQ(f.NextFetch(EpochHistory(), 0).last_fetched_epoch, -1);
 }
 
+TEST(FollowerState, OnlyTheAnswerToTheCurrentFetchApplies) {
+  FollowerState f(2, 1, 7, 5, 40);
+  EpochHistory epochs(Entries{{3, 0}, {6, 30}});
+  FollowerFetch sent = f.NextFetch(epochs, 40);
+  EXPECT_TRUE(f.IsCurrent(sent, epochs, 40));
+  // The log moved (records appended, or a truncation) since it was sent.
+  EXPECT_FALSE(f.IsCurrent(sent, epochs, 41));
+  EXPECT_FALSE(f.IsCurrent(sent, EpochHistory(Entries{{3, 0}}), 40));
+  // Sent under another leader epoch.
+  FollowerState g(2, 1, 8, 5, 40);
+  EXPECT_FALSE(g.IsCurrent(sent, epochs, 40));
+}
+
 TEST(FollowerState, TruncatesToTheLowerEndOfTheDivergingEpoch) {
   EpochHistory ours(Entries{{3, 0}, {6, 30}});
   // We know epoch 3: min(the leader's end 25, ours 30).
