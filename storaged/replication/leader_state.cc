@@ -191,6 +191,8 @@ LeaderState::RecordUpdate LeaderState::OnPartitionRecord(const PartitionRegistra
   for (int32_t r : partition.replicas) {
     if (r != self_ && !followers_.contains(r)) followers_[r] = Follower{};
   }
+  // A replica reassigned away is no longer a follower (its fetches NOT_LEADER_OR_FOLLOWER).
+  std::erase_if(followers_, [&](const auto& f) { return !Contains(partition.replicas, f.first); });
   replicas_ = partition.replicas;
   pending_.reset();
   MaybeAdvanceHighWatermark(now_ms);

@@ -90,6 +90,18 @@ TEST(LeaderState, FetchErrorsAndDivergence) {
   EXPECT_EQ(l.follower(2)->log_end_offset, 97);
 }
 
+TEST(LeaderState, AReplicaReassignedAwayIsNoLongerAFollower) {
+  LeaderState l = Leader({1, 2, 3});
+  PartitionRegistration p = Record({1, 2});
+  p.replicas = {1, 2};
+  p.partition_epoch = 11;
+  EXPECT_EQ(l.OnPartitionRecord(p, 1), LeaderState::RecordUpdate::kApplied);
+  EXPECT_EQ(l.follower(3), nullptr);
+  EXPECT_EQ(l.OnFollowerFetch(Fetch(3, 100), kEpochs, 0, 2).error, ErrorCode::kNotLeaderOrFollower);
+  l.OnFollowerFetch(Fetch(2, 100), kEpochs, 0, 3);
+  EXPECT_EQ(l.high_watermark(), 100);
+}
+
 TEST(LeaderState, LastCaughtUpTimeFollowsKafkasRule) {
   LeaderState l = Leader({1, 2});
   l.OnFollowerFetch(Fetch(2, 100), kEpochs, 0, 10);  // at our end: caught up at 10
