@@ -5,7 +5,8 @@
 #               build with clang, ASan+UBSan (and -Werror=thread-safety) and run every test
 #   make bench  build Release and run the benchmarks under bench/
 #   make soak   build Release and run the Raft simulator over SEEDS seeds of long runs
-#               for 3 and for 5 voters (a failing seed is printed with how to replay it)
+#               for 3 and for 5 voters, and the replication simulator for 3 and 5 replicas
+#               (a failing seed is printed with how to replay it)
 #   make fmt    clang-format every C++ file
 #   make peers  resolve Apache Kafka 4.4 (broker, tools, Connect, Streams) from Maven into
 #               ~/.cache/runnel-peers (RUNNEL_PEERS_CACHE), for the compat tests, and build
@@ -74,6 +75,8 @@ bench: build
 soak: build
 	$(RELEASE_DIR)/bin/runnel-raft-soak --nodes 3 --seeds $(SEEDS) --steps 5000
 	$(RELEASE_DIR)/bin/runnel-raft-soak --nodes 5 --seeds $(SEEDS) --steps 5000
+	$(RELEASE_DIR)/bin/runnel-replication-soak --replicas 3 --seeds $(SEEDS) --steps 20000
+	$(RELEASE_DIR)/bin/runnel-replication-soak --replicas 5 --seeds $(SEEDS) --steps 20000
 
 # Exit 3 of clients prepare: a client that cannot be had here (its tests skip), said on stderr.
 peers: deps

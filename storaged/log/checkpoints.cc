@@ -171,7 +171,7 @@ StatusOr<LeaderEpochCache> LeaderEpochCache::Load(const std::string& path) {
   cache.path_ = path;
   RUNNEL_ASSIGN_OR_RETURN(std::optional<std::string> text, ReadWholeFile(path));
   if (!text) return cache;
-  std::vector<EpochEntry>& entries = cache.entries_;
+  std::vector<EpochEntry> entries;
   RUNNEL_RETURN_IF_ERROR(
       ParseCheckpoint(path, *text, 2, [&](const std::vector<std::string_view>& f) -> Status {
         std::optional<int32_t> epoch = ParseInt<int32_t>(f[0]);
@@ -189,12 +189,17 @@ StatusOr<LeaderEpochCache> LeaderEpochCache::Load(const std::string& path) {
         entries.push_back(e);
         return absl::OkStatus();
       }));
+  cache.history_ = EpochHistory(std::move(entries));
   return cache;
 }
 
-std::optional<EpochEntry> LeaderEpochCache::Latest() const {
-  if (entries_.empty()) return std::nullopt;
-  return entries_.back();
+template <typename Change>
+Status LeaderEpochCache::Apply(Change change) {
+  EpochHistory before = history_;
+  if (!change(history_)) return absl::OkStatus();
+  Status s = Persist();
+  if (!s.ok()) history_ = std::move(before);
+  return s;
 }
 
 Status LeaderEpochCache::Assign(int32_t epoch, int64_t start_offset) {
@@ -202,63 +207,15 @@ Status LeaderEpochCache::Assign(int32_t epoch, int64_t start_offset) {
     return absl::InvalidArgumentError(
         fmt::format("{}: cannot assign epoch {} at offset {}", path_, epoch, start_offset));
   }
-  if (!entries_.empty() && entries_.back().epoch == epoch &&
-      entries_.back().start_offset <= start_offset) {
-    return absl::OkStatus();  // the epoch is already known to start here or earlier
-  }
-  std::vector<EpochEntry> before = entries_;
-  // What the log says now wins: an entry for this epoch or a later one, or starting at or
-  // after this offset, contradicts it.
-  while (!entries_.empty() &&
-         (entries_.back().epoch >= epoch || entries_.back().start_offset >= start_offset)) {
-    entries_.pop_back();
-  }
-  entries_.push_back({epoch, start_offset});
-  Status s = Persist();
-  if (!s.ok()) entries_ = std::move(before);
-  return s;
+  return Apply([&](EpochHistory& h) { return h.Assign(epoch, start_offset); });
 }
 
 Status LeaderEpochCache::TruncateFromEnd(int64_t end_offset) {
-  if (end_offset < 0 || entries_.empty() || entries_.back().start_offset < end_offset) {
-    return absl::OkStatus();
-  }
-  std::vector<EpochEntry> before = entries_;
-  while (!entries_.empty() && entries_.back().start_offset >= end_offset) entries_.pop_back();
-  Status s = Persist();
-  if (!s.ok()) entries_ = std::move(before);
-  return s;
+  return Apply([&](EpochHistory& h) { return h.TruncateFromEnd(end_offset); });
 }
 
 Status LeaderEpochCache::TruncateFromStart(int64_t start_offset) {
-  // Entries starting at or before the new log start: the last of them covers it.
-  auto first_after = std::find_if(entries_.begin(), entries_.end(), [&](const EpochEntry& e) {
-    return e.start_offset > start_offset;
-  });
-  if (first_after == entries_.begin()) return absl::OkStatus();
-  EpochEntry covering{std::prev(first_after)->epoch, start_offset};
-  std::vector<EpochEntry> after{covering};
-  after.insert(after.end(), first_after, entries_.end());
-  if (after == entries_) return absl::OkStatus();
-  std::vector<EpochEntry> before = std::exchange(entries_, std::move(after));
-  Status s = Persist();
-  if (!s.ok()) entries_ = std::move(before);
-  return s;
-}
-
-std::optional<std::pair<int32_t, int64_t>> LeaderEpochCache::EndOffsetFor(
-    int32_t epoch, int64_t log_end_offset) const {
-  if (epoch < 0 || entries_.empty()) return std::nullopt;
-  if (entries_.back().epoch == epoch) return std::make_pair(epoch, log_end_offset);
-  auto higher =
-      std::upper_bound(entries_.begin(), entries_.end(), epoch,
-                       [](int32_t e, const EpochEntry& entry) { return e < entry.epoch; });
-  // Above every epoch known: nothing to say (the leader fences such requests before asking).
-  if (higher == entries_.end()) return std::nullopt;
-  // Below every epoch known (its entries went with the log start): the requested epoch ends
-  // where the first known one starts, so a follower truncates no further than that.
-  if (higher == entries_.begin()) return std::make_pair(epoch, higher->start_offset);
-  return std::make_pair(std::prev(higher)->epoch, higher->start_offset);
+  return Apply([&](EpochHistory& h) { return h.TruncateFromStart(start_offset); });
 }
 
 Status LeaderEpochCache::Reset(std::vector<EpochEntry> entries) {
@@ -270,15 +227,17 @@ Status LeaderEpochCache::Reset(std::vector<EpochEntry> entries) {
                       e.epoch, e.start_offset));
     }
   }
-  std::vector<EpochEntry> before = std::exchange(entries_, std::move(entries));
+  EpochHistory before = std::exchange(history_, EpochHistory(std::move(entries)));
   Status s = Persist();
-  if (!s.ok()) entries_ = std::move(before);
+  if (!s.ok()) history_ = std::move(before);
   return s;
 }
 
 Status LeaderEpochCache::Persist() const {
-  std::string text = fmt::format("{}\n{}\n", kCheckpointVersion, entries_.size());
-  for (const EpochEntry& e : entries_) text += fmt::format("{} {}\n", e.epoch, e.start_offset);
+  std::string text = fmt::format("{}\n{}\n", kCheckpointVersion, history_.entries().size());
+  for (const EpochEntry& e : history_.entries()) {
+    text += fmt::format("{} {}\n", e.epoch, e.start_offset);
+  }
   return WriteFileDurably(path_, text);
 }
 

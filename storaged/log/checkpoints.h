@@ -27,6 +27,7 @@
 
 #include "common/util/status.h"
 #include "storaged/log/file_names.h"
+#include "storaged/replication/epoch_history.h"
 
 namespace runnel::storaged {
 
@@ -47,22 +48,18 @@ class OffsetCheckpointFile {
   std::string path_;
 };
 
-struct EpochEntry {
-  int32_t epoch = 0;
-  int64_t start_offset = 0;
-  bool operator==(const EpochEntry&) const = default;
-};
-
-// The partition's leader epochs and the first offset written in each, kept in memory and
-// in leader-epoch-checkpoint. Epochs and start offsets only increase.
+// The partition's leader epochs and the first offset written in each, kept in memory (an
+// EpochHistory: the pure rules, storaged/replication/epoch_history.h) and in
+// leader-epoch-checkpoint. Epochs and start offsets only increase.
 class LeaderEpochCache {
  public:
   // Loads the file (missing = empty). DataLoss when it does not parse or its entries do
   // not rise strictly in both epoch and start offset.
   static StatusOr<LeaderEpochCache> Load(const std::string& path);
 
-  const std::vector<EpochEntry>& entries() const { return entries_; }
-  std::optional<EpochEntry> Latest() const;
+  const std::vector<EpochEntry>& entries() const { return history_.entries(); }
+  const EpochHistory& history() const { return history_; }
+  std::optional<EpochEntry> Latest() const { return history_.Latest(); }
   // Records that `epoch` starts at `start_offset` (Kafka's rule): nothing changes when the
   // latest entry is this epoch starting at or before `start_offset`; otherwise every entry
   // at the end whose epoch is >= `epoch` or whose start offset is >= `start_offset` is
@@ -83,15 +80,21 @@ class LeaderEpochCache {
   // UNDEFINED_EPOCH_OFFSET on the wire) when `epoch` is negative, the cache is empty, or
   // `epoch` is above the latest.
   std::optional<std::pair<int32_t, int64_t>> EndOffsetFor(int32_t epoch,
-                                                          int64_t log_end_offset) const;
+                                                          int64_t log_end_offset) const {
+    return history_.EndOffsetFor(epoch, log_end_offset);
+  }
   // Replaces everything (used when rebuilding from the log) and writes the file.
   // InvalidArgument unless epochs and start offsets are non-negative and strictly rising.
   Status Reset(std::vector<EpochEntry> entries);
 
  private:
   Status Persist() const;
+  // Applies `change` to the history and writes the file when it changed; on a write error
+  // the history is left as it was.
+  template <typename Change>
+  Status Apply(Change change);
   std::string path_;
-  std::vector<EpochEntry> entries_;
+  EpochHistory history_;
 };
 
 // partition.metadata: the topic id (the base64 form used by Kafka tools). NotFound when the
