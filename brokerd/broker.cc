@@ -119,6 +119,7 @@ Broker::~Broker() {
   // Also after a failed Start(): close every handle before the members they point into go.
   StopLoop();
   loop_.Run();
+  http_.reset();
   controller_.Stop();
   storage_.Stop();
   if (grpc_server_) {
@@ -155,8 +156,9 @@ Status Broker::Start(const std::atomic<bool>& stop) {
   // Answering from now on, so the supervisor sees a broker waiting for its controllers
   // rather than one that does not start.
   socket_path_ = grpcutil::SocketPath(config_.GetString("runnel.run.dir"), "brokerd");
-  RUNNEL_ASSIGN_OR_RETURN(grpc_server_,
-                          grpcutil::StartUnixServer(socket_path_, {&admin_}, /*serving=*/false));
+  RUNNEL_ASSIGN_OR_RETURN(grpc_server_, grpcutil::StartUnixServer(
+                                            socket_path_, {&admin_, &metrics_}, /*serving=*/false));
+  RUNNEL_ASSIGN_OR_RETURN(http_, metrics::MaybeServeRoleHttp(config_, &metrics_, socket_path_));
 
   // Advertise `advertised.listeners`, else `listeners` with the ports actually bound.
   std::vector<config::Listener> advertised = listeners;
@@ -335,6 +337,7 @@ int Broker::Run() {
     StopLoop();
   }
   loop_.Run();
+  http_.reset();
   controller_.Stop();
   storage_.Stop();
   grpcutil::ShutdownUnixServer(*grpc_server_, socket_path_,

@@ -29,6 +29,8 @@
 #include "brokerd/txn/producer_id_manager.h"
 #include "brokerd/txn/txn_coordinator.h"
 #include "common/config/config.h"
+#include "common/metrics/http_server.h"
+#include "common/metrics/metrics_service.h"
 
 namespace runnel::brokerd {
 
@@ -92,8 +94,10 @@ class Broker {
   Dispatcher dispatcher_;
   KafkaServer server_;
   BrokerAdminImpl admin_;
+  metrics::MetricsService metrics_{"brokerd"};
   std::string socket_path_;  // of grpc_server_
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<metrics::HttpServer> http_;  // run alone with runnel.http.listener set
   runnel::controller::RegisterBrokerRequest registration_;
   int64_t broker_epoch_ = -1;
   bool heartbeat_out_ = false;      // a heartbeat or re-registration is in flight
