@@ -74,6 +74,9 @@ class Broker {
   // Thread-safe: ends what waits on the loop and closes every handle of the broker's pieces
   // (each piece closes its own); Run() then returns.
   void StopLoop();
+  // Scrape-time metrics read on the loop thread: consumer lag per group and partition.
+  void RegisterLoopMetrics();
+  void RemoveLoopMetrics();
 
   const config::Config& config_;
   const std::atomic<bool>* stop_requested_ = nullptr;  // Start()'s `stop`

@@ -154,6 +154,21 @@ class NodeMetricsTest(unittest.TestCase):
             self.assertEqual(value(m, "runnel_supervisor_role_up", role=role), 1, role)
             self.assertEqual(value(m, "runnel_supervisor_role_restarts_total", role=role), 0)
 
+        # Consumer lag: none after the commit, then what was produced while the group was away.
+        def group_series(samples, name):
+            return {dict(labels)["partition"]: v for (n, labels), v in samples.items()
+                    if n == name and dict(labels).get("group") == "metrics-g"
+                    and dict(labels).get("topic") == topic}
+        self.assertEqual(sum(group_series(m, "runnel_broker_consumer_group_committed_offset")
+                             .values()), count)
+        self.assertEqual(group_series(m, "runnel_broker_consumer_group_lag"), {"0": 0, "1": 0})
+        more = 50
+        for i in range(more):
+            producer.produce(topic, key=str(i).encode(), value=b"w" * size)
+        self.assertEqual(producer.flush(30), 0)
+        lag = group_series(parse_metrics(self.scrape()), "runnel_broker_consumer_group_lag")
+        self.assertEqual(sum(lag.values()), more, lag)
+
         # A deleted topic's series go with it.
         for f in admin.delete_topics([topic], request_timeout=20).values():
             f.result(timeout=30)
