@@ -386,13 +386,13 @@ void RegisterProcessMetrics(Registry& registry) {
   registry.AddCallback(
       "process_start_time_seconds", "Start time of the process since the epoch, seconds.",
       Type::kGauge, {}, [](std::vector<Sample>* out) {
-        static const double start = [] {
+        static const double kStart = [] {
           std::vector<std::string> f = ProcStatFields();
           if (f.size() < 22) return 0.0;
           return BootTimeSeconds() +
                  std::strtod(f[19].c_str(), nullptr) / static_cast<double>(::sysconf(_SC_CLK_TCK));
         }();
-        out->push_back({{}, start});
+        out->push_back({{}, kStart});
       });
   registry.AddCallback("process_open_fds", "Open file descriptors.", Type::kGauge, {},
                        [](std::vector<Sample>* out) {

@@ -587,7 +587,7 @@ struct LogMetrics {
 };
 
 const LogMetrics& Metrics() {
-  static const LogMetrics m = [] {
+  static const LogMetrics kMetrics = [] {
     metrics::Registry& r = metrics::ProcessRegistry();
     return LogMetrics{
         r.AddCounter("runnel_storage_appends_total", "Appends to a partition log (one a call).")
@@ -605,7 +605,7 @@ const LogMetrics& Metrics() {
             .WithLabels({}),
     };
   }();
-  return m;
+  return kMetrics;
 }
 
 }  // namespace
