@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 
 #include "brokerd/controller/topic_configs.h"
@@ -12,6 +13,7 @@
 #include "common/grpc/unix_server.h"
 #include "common/log/log.h"
 #include "common/protocol/error_code.h"
+#include "common/util/mutex.h"
 
 namespace runnel::brokerd {
 namespace {
@@ -115,15 +117,87 @@ Broker::Broker(const config::Config& config)
   });
 }
 
+namespace {
+
+constexpr const char* kLagFamily = "runnel_broker_consumer_group_lag";
+constexpr const char* kCommittedFamily = "runnel_broker_consumer_group_committed_offset";
+// How long a scrape waits for the loop to read the groups; a busier loop gives no lag.
+constexpr auto kLoopScrapeWait = std::chrono::seconds(1);
+
+// What the loop thread read for one scrape; shared, so a scrape that stopped waiting leaves
+// the loop nothing dangling to write to.
+struct GroupOffsets {
+  Mutex mu;
+  CondVar cv;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  std::vector<metrics::Sample> lag ABSL_GUARDED_BY(mu);
+  std::vector<metrics::Sample> committed ABSL_GUARDED_BY(mu);
+};
+
+}  // namespace
+
+void Broker::RegisterLoopMetrics() {
+  // Both families come from one read of the groups, done on the loop thread (the
+  // coordinator's and the partition view's owner), which the scrape's thread waits for.
+  auto read = [this](bool lag, std::vector<metrics::Sample>* out) {
+    auto state = std::make_shared<GroupOffsets>();
+    loop_.Post([this, state] {
+      std::vector<metrics::Sample> lags;
+      std::vector<metrics::Sample> committed;
+      for (group::Shard* shard : groups_.shards()) {
+        for (const auto& [group_id, slot] : shard->groups()) {
+          for (const auto& [tp, offset] : slot.offsets) {
+            std::vector<std::string> labels = {group_id, tp.first, std::to_string(tp.second)};
+            committed.push_back({labels, static_cast<double>(offset.offset)});
+            const StoredPartition* p = partitions_.Find(tp.first, tp.second);
+            if (p == nullptr || offset.offset < 0) continue;  // not led here, or no offset
+            lags.push_back({std::move(labels), static_cast<double>(std::max<int64_t>(
+                                                   0, p->high_watermark - offset.offset))});
+          }
+        }
+      }
+      MutexLock lock(&state->mu);
+      state->lag = std::move(lags);
+      state->committed = std::move(committed);
+      state->done = true;
+      state->cv.SignalAll();
+    });
+    MutexLock lock(&state->mu);
+    if (!state->cv.WaitFor(&state->mu, kLoopScrapeWait,
+                           [&]()
+                               ABSL_EXCLUSIVE_LOCKS_REQUIRED(state->mu) { return state->done; })) {
+      return;
+    }
+    *out = std::move(lag ? state->lag : state->committed);
+  };
+  metrics::Registry& r = metrics::ProcessRegistry();
+  r.AddCallback(kLagFamily,
+                "Records between a group's committed offset and the partition's high watermark "
+                "(partitions led here).",
+                metrics::Type::kGauge, {"group", "topic", "partition"},
+                [read](std::vector<metrics::Sample>* out) { read(true, out); });
+  r.AddCallback(kCommittedFamily, "A group's committed offset of the partition.",
+                metrics::Type::kGauge, {"group", "topic", "partition"},
+                [read](std::vector<metrics::Sample>* out) { read(false, out); });
+}
+
+void Broker::RemoveLoopMetrics() {
+  metrics::ProcessRegistry().RemoveCallback(kLagFamily);
+  metrics::ProcessRegistry().RemoveCallback(kCommittedFamily);
+}
+
 Broker::~Broker() {
   // Also after a failed Start(): close every handle before the members they point into go.
   StopLoop();
   loop_.Run();
+  http_.reset();
   controller_.Stop();
   storage_.Stop();
   if (grpc_server_) {
     grpcutil::ShutdownUnixServer(*grpc_server_, socket_path_, std::chrono::system_clock::now());
   }
+  // No scrape runs now (both servers are gone): the callbacks may go with this broker.
+  RemoveLoopMetrics();
 }
 
 void Broker::StopLoop() {
@@ -155,8 +229,10 @@ Status Broker::Start(const std::atomic<bool>& stop) {
   // Answering from now on, so the supervisor sees a broker waiting for its controllers
   // rather than one that does not start.
   socket_path_ = grpcutil::SocketPath(config_.GetString("runnel.run.dir"), "brokerd");
-  RUNNEL_ASSIGN_OR_RETURN(grpc_server_,
-                          grpcutil::StartUnixServer(socket_path_, {&admin_}, /*serving=*/false));
+  RUNNEL_ASSIGN_OR_RETURN(grpc_server_, grpcutil::StartUnixServer(
+                                            socket_path_, {&admin_, &metrics_}, /*serving=*/false));
+  RegisterLoopMetrics();
+  RUNNEL_ASSIGN_OR_RETURN(http_, metrics::MaybeServeRoleHttp(config_, &metrics_, socket_path_));
 
   // Advertise `advertised.listeners`, else `listeners` with the ports actually bound.
   std::vector<config::Listener> advertised = listeners;
@@ -335,6 +411,7 @@ int Broker::Run() {
     StopLoop();
   }
   loop_.Run();
+  http_.reset();
   controller_.Stop();
   storage_.Stop();
   grpcutil::ShutdownUnixServer(*grpc_server_, socket_path_,

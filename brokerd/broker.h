@@ -29,6 +29,8 @@
 #include "brokerd/txn/producer_id_manager.h"
 #include "brokerd/txn/txn_coordinator.h"
 #include "common/config/config.h"
+#include "common/metrics/http_server.h"
+#include "common/metrics/metrics_service.h"
 
 namespace runnel::brokerd {
 
@@ -72,6 +74,9 @@ class Broker {
   // Thread-safe: ends what waits on the loop and closes every handle of the broker's pieces
   // (each piece closes its own); Run() then returns.
   void StopLoop();
+  // Scrape-time metrics read on the loop thread: consumer lag per group and partition.
+  void RegisterLoopMetrics();
+  void RemoveLoopMetrics();
 
   const config::Config& config_;
   const std::atomic<bool>* stop_requested_ = nullptr;  // Start()'s `stop`
@@ -92,8 +97,10 @@ class Broker {
   Dispatcher dispatcher_;
   KafkaServer server_;
   BrokerAdminImpl admin_;
+  metrics::MetricsService metrics_{"brokerd"};
   std::string socket_path_;  // of grpc_server_
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<metrics::HttpServer> http_;  // run alone with runnel.http.listener set
   runnel::controller::RegisterBrokerRequest registration_;
   int64_t broker_epoch_ = -1;
   bool heartbeat_out_ = false;      // a heartbeat or re-registration is in flight

@@ -137,9 +137,14 @@ StatusOr<std::unique_ptr<Application>> Application::Start(const config::Config& 
   }
   // Up at once, NOT_SERVING until the quorum has committed the cluster id: the supervisor
   // waits for a controller that answers, however long its quorum takes to form.
-  RUNNEL_ASSIGN_OR_RETURN(app->server_,
-                          grpcutil::StartUnixServer(app->socket_path_, {app->service_.get()},
-                                                    /*serving=*/false));
+  app->metrics_ = std::make_unique<metrics::MetricsService>("controllerd");
+  app->RegisterControllerMetrics();
+  RUNNEL_ASSIGN_OR_RETURN(
+      app->server_,
+      grpcutil::StartUnixServer(app->socket_path_, {app->service_.get(), app->metrics_.get()},
+                                /*serving=*/false));
+  RUNNEL_ASSIGN_OR_RETURN(
+      app->http_, metrics::MaybeServeRoleHttp(config, app->metrics_.get(), app->socket_path_));
   app->ready_thread_ = std::thread([a = app.get()] { a->ServeWhenReady(); });
   return app;
 }
@@ -174,6 +179,56 @@ void Application::ServeWhenReady() {
                controller_->node_id());
 }
 
+namespace {
+
+constexpr const char* kControllerFamilies[] = {"runnel_controller_raft_term",
+                                               "runnel_controller_raft_leader_id",
+                                               "runnel_controller_raft_commit_offset",
+                                               "runnel_controller_raft_applied_offset",
+                                               "runnel_controller_raft_end_offset",
+                                               "runnel_controller_raft_is_leader",
+                                               "runnel_controller_brokers"};
+
+}  // namespace
+
+void Application::RegisterControllerMetrics() {
+  metrics::Registry& r = metrics::ProcessRegistry();
+  Controller* c = controller_.get();
+  auto quorum = [c](int64_t QuorumState::*field) {
+    return [c, field](std::vector<metrics::Sample>* out) {
+      out->push_back({{}, static_cast<double>(c->quorum().State().*field)});
+    };
+  };
+  r.AddCallback(kControllerFamilies[0], "Raft term this node knows of.", metrics::Type::kGauge, {},
+                quorum(&QuorumState::term));
+  r.AddCallback(kControllerFamilies[1], "Node id of the quorum's leader (-1: none known).",
+                metrics::Type::kGauge, {}, [c](std::vector<metrics::Sample>* out) {
+                  QuorumState s = c->quorum().State();
+                  out->push_back({{}, s.leader == raft::kNoNode ? -1.0 : double(s.leader)});
+                });
+  r.AddCallback(kControllerFamilies[2],
+                "Metadata log offset below which entries are committed (the high watermark).",
+                metrics::Type::kGauge, {}, quorum(&QuorumState::commit_offset));
+  r.AddCallback(kControllerFamilies[3], "Last metadata log offset applied to the image.",
+                metrics::Type::kGauge, {}, quorum(&QuorumState::applied_offset));
+  r.AddCallback(kControllerFamilies[4], "This node's metadata log end offset (the next one).",
+                metrics::Type::kGauge, {}, quorum(&QuorumState::end_offset));
+  r.AddCallback(kControllerFamilies[5], "1 while this node leads the controller quorum.",
+                metrics::Type::kGauge, {}, [c](std::vector<metrics::Sample>* out) {
+                  out->push_back({{}, c->quorum().State().role == raft::Role::kLeader ? 1.0 : 0.0});
+                });
+  r.AddCallback(kControllerFamilies[6], "Registered brokers in the metadata, by state.",
+                metrics::Type::kGauge, {"state"}, [c](std::vector<metrics::Sample>* out) {
+                  int fenced = 0;
+                  int unfenced = 0;
+                  // A named copy: a loop over c->Image().brokers() reads a dead temporary.
+                  const MetadataImage image = c->Image();
+                  for (const auto& [id, b] : image.brokers()) ++(b.fenced() ? fenced : unfenced);
+                  out->push_back({{"fenced"}, double(fenced)});
+                  out->push_back({{"unfenced"}, double(unfenced)});
+                });
+}
+
 Application::~Application() { Stop(); }
 
 int Application::Run() {
@@ -204,6 +259,7 @@ void Application::Stop() {
   }
   ready_cv_.SignalAll();
   if (ready_thread_.joinable()) ready_thread_.join();
+  http_.reset();
   if (server_) grpcutil::SetServing(*server_, false);
   if (tcp_server_) grpcutil::SetServing(*tcp_server_, false);
   if (controller_) {
@@ -230,6 +286,8 @@ void Application::Stop() {
   }
   service_.reset();
   raft_service_.reset();
+  // No scrape is running now (the servers are gone): the callbacks may go with controller_.
+  for (const char* name : kControllerFamilies) metrics::ProcessRegistry().RemoveCallback(name);
   controller_.reset();
   log::Get("controllerd")->info("stopped");
 }

@@ -17,6 +17,8 @@
 #include <thread>
 
 #include "common/config/config.h"
+#include "common/metrics/http_server.h"
+#include "common/metrics/metrics_service.h"
 #include "common/util/mutex.h"
 #include "controllerd/controller.h"
 #include "controllerd/controller_service.h"
@@ -48,6 +50,8 @@ class Application {
   Application() = default;
   // The ready thread: waits for the cluster id, then sets the Unix socket server SERVING.
   void ServeWhenReady();
+  // Scrape-time metrics of the quorum and the brokers.
+  void RegisterControllerMetrics();
 
   std::string socket_path_;
   std::string tcp_address_;  // "" without a quorum
@@ -58,6 +62,8 @@ class Application {
   std::unique_ptr<ControllerServiceImpl> service_;
   std::unique_ptr<grpc::Server> tcp_server_;
   std::unique_ptr<grpc::Server> server_;  // the Unix socket's: NOT_SERVING until the cluster id
+  std::unique_ptr<metrics::MetricsService> metrics_;
+  std::unique_ptr<metrics::HttpServer> http_;  // run alone with runnel.http.listener set
 
   Mutex ready_mu_;
   CondVar ready_cv_;

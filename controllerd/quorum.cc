@@ -8,6 +8,7 @@
 #include "common/config/config.h"
 #include "common/config/quorum_voters.h"
 #include "common/log/log.h"
+#include "common/metrics/metrics.h"
 
 namespace runnel::controllerd {
 namespace {
@@ -427,6 +428,20 @@ void Quorum::OnSnapshot(raft::SnapshotId id, const std::string& data) {
 }
 
 void Quorum::OnRoleChange(raft::Role role, int64_t term, raft::NodeId leader) {
+  static metrics::Counter* const kElections =
+      metrics::ProcessRegistry()
+          .AddCounter("runnel_controller_raft_elections_total",
+                      "Elections this node started (it became a candidate for a new term).")
+          .WithLabels({});
+  static metrics::Counter* const kLeaderChanges =
+      metrics::ProcessRegistry()
+          .AddCounter("runnel_controller_raft_leader_changes_total",
+                      "Times this node saw the quorum's leader change.")
+          .WithLabels({});
+  if (role == raft::Role::kCandidate && (role_ != raft::Role::kCandidate || term != term_)) {
+    kElections->Inc();
+  }
+  if (leader != leader_ && leader != raft::kNoNode) kLeaderChanges->Inc();
   const bool was_leader = role_ == raft::Role::kLeader;
   const bool lost = was_leader && (role != raft::Role::kLeader || term != term_);
   const bool gained = role == raft::Role::kLeader && (!was_leader || term != term_);

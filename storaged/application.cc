@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "common/grpc/unix_server.h"
 #include "common/log/log.h"
@@ -139,15 +140,54 @@ StatusOr<std::unique_ptr<Application>> Application::Start(const config::Config& 
   }
   app->socket_path_ = grpcutil::SocketPath(run_dir, "storaged");
   app->service_ = std::make_unique<StorageServiceImpl>(*app->dirs_, *app->logs_);
-  RUNNEL_ASSIGN_OR_RETURN(app->server_,
-                          grpcutil::StartUnixServer(app->socket_path_, {app->service_.get()}));
+  app->metrics_ = std::make_unique<metrics::MetricsService>("storaged");
+  app->RegisterLogMetrics();
+  RUNNEL_ASSIGN_OR_RETURN(
+      app->server_,
+      grpcutil::StartUnixServer(app->socket_path_, {app->service_.get(), app->metrics_.get()}));
   RUNNEL_ASSIGN_OR_RETURN(
       app->append_socket_,
       AppendSocketServer::Start(grpcutil::SocketPath(run_dir, "storaged-append"), *app->service_));
   grpcutil::SetServing(*app->server_, true);
+  RUNNEL_ASSIGN_OR_RETURN(
+      app->http_, metrics::MaybeServeRoleHttp(config, app->metrics_.get(), app->socket_path_));
   logger->info("serving StorageService on unix:{} (appends also on {}) with {} log dir(s)",
                app->socket_path_, app->append_socket_->path(), paths.size());
   return app;
+}
+
+namespace {
+
+constexpr const char* kLogFamilies[] = {
+    "runnel_storage_partitions", "runnel_storage_log_size_bytes", "runnel_storage_log_segments"};
+
+}  // namespace
+
+void Application::RegisterLogMetrics() {
+  storaged::RegisterLogMetrics();
+  // Per topic: walks every log's segments at each scrape (State()), never on an append.
+  auto per_topic = [this](int what, std::vector<metrics::Sample>* out) {
+    std::map<std::string, int64_t> sums;
+    for (const std::shared_ptr<Log>& log : logs_->AllLogs()) {
+      int64_t& sum = sums[log->tp().topic];
+      if (what == 0) {
+        ++sum;
+      } else {
+        LogState state = log->State();
+        sum += what == 1 ? state.size_bytes : state.segments;
+      }
+    }
+    for (const auto& [topic, v] : sums) out->push_back({{topic}, static_cast<double>(v)});
+  };
+  metrics::Registry& r = metrics::ProcessRegistry();
+  r.AddCallback(kLogFamilies[0], "Partition logs of the topic on this node.", metrics::Type::kGauge,
+                {"topic"}, [per_topic](std::vector<metrics::Sample>* out) { per_topic(0, out); });
+  r.AddCallback(kLogFamilies[1], "Bytes of the topic's segments on this node.",
+                metrics::Type::kGauge, {"topic"},
+                [per_topic](std::vector<metrics::Sample>* out) { per_topic(1, out); });
+  r.AddCallback(kLogFamilies[2], "Segments of the topic's logs on this node.",
+                metrics::Type::kGauge, {"topic"},
+                [per_topic](std::vector<metrics::Sample>* out) { per_topic(2, out); });
 }
 
 Application::~Application() { Stop(); }
@@ -162,6 +202,7 @@ bool Application::Stop() {
   if (stopped_) return clean_;
   stopped_ = true;
   auto logger = log::Get("storaged");
+  http_.reset();
   if (server_) grpcutil::SetServing(*server_, false);
   if (service_) service_->Shutdown();
   if (append_socket_) {
@@ -175,6 +216,8 @@ bool Application::Stop() {
     ::unlink(socket_path_.c_str());
   }
   service_.reset();
+  // No scrape is running now (both servers are gone): the callbacks may go with the logs.
+  for (const char* name : kLogFamilies) metrics::ProcessRegistry().RemoveCallback(name);
   if (logs_) {
     Status st = logs_->Shutdown();
     if (!st.ok()) {

@@ -15,6 +15,8 @@
 #include <string>
 
 #include "common/config/config.h"
+#include "common/metrics/http_server.h"
+#include "common/metrics/metrics_service.h"
 #include "storaged/append_socket.h"
 #include "storaged/log/log_manager.h"
 #include "storaged/log_dirs.h"
@@ -43,11 +45,15 @@ class Application {
 
  private:
   Application() = default;
+  // Scrape-time metrics of the logs: partitions, size and segments per topic.
+  void RegisterLogMetrics();
 
   std::unique_ptr<LogDirs> dirs_;
   std::unique_ptr<LogManager> logs_;
   std::unique_ptr<StorageServiceImpl> service_;
+  std::unique_ptr<metrics::MetricsService> metrics_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<metrics::HttpServer> http_;          // run alone with runnel.http.listener set
   std::unique_ptr<AppendSocketServer> append_socket_;  // brokerd's appends (append_socket.h)
   std::string socket_path_;
   bool stopped_ = false;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -16,6 +17,8 @@
 #include "common/config/config.h"
 #include "common/grpc/unix_server.h"
 #include "common/log/log.h"
+#include "common/metrics/http_server.h"
+#include "common/metrics/metrics_service.h"
 #include "supervisor/admin_service.h"
 #include "supervisor/args.h"
 #include "supervisor/process.h"
@@ -28,6 +31,66 @@ namespace {
 
 constexpr Millis kProbeDeadline{250};
 constexpr int64_t kStatusDeadlineMs = 3000;
+constexpr Millis kScrapeDeadline{2000};
+constexpr Millis kReadyDeadline{250};
+
+// The node's HTTP port: the supervisor's metrics (its process, each role's state and
+// restarts), every role's (scraped over its Unix socket when asked), and readiness (every
+// role SERVING). Handlers run on the HTTP server's threads; they read the supervisor
+// through its thread-safe Status() and the roles through their sockets only.
+class NodeHttp {
+ public:
+  NodeHttp(const Supervisor* supervisor, std::vector<RoleSpec> roles)
+      : supervisor_(supervisor), roles_(std::move(roles)), own_("supervisor") {
+    auto role_states = [this](bool restarts, std::vector<metrics::Sample>* out) {
+      for (const RoleSnapshot& r : supervisor_->Status().roles) {
+        double v = restarts ? r.restarts : r.state == RoleState::kServing ? 1 : 0;
+        out->push_back({{r.name}, v});
+      }
+    };
+    roles_registry_.AddCallback(
+        "runnel_supervisor_role_restarts_total", "Restarts of each role by the supervisor.",
+        metrics::Type::kCounter, {"role"},
+        [role_states](std::vector<metrics::Sample>* out) { role_states(true, out); });
+    roles_registry_.AddCallback(
+        "runnel_supervisor_role_up", "1 while the role is running and was SERVING, else 0.",
+        metrics::Type::kGauge, {"role"},
+        [role_states](std::vector<metrics::Sample>* out) { role_states(false, out); });
+  }
+
+  std::string Metrics() const {
+    std::vector<metrics::FamilyText> all = own_.Collect();
+    for (metrics::FamilyText& f : roles_registry_.Collect()) all.push_back(std::move(f));
+    for (const RoleSpec& role : roles_) {
+      StatusOr<std::vector<metrics::FamilyText>> scraped =
+          metrics::ScrapeRole(role.socket_path, kScrapeDeadline);
+      if (!scraped.ok()) continue;  // down or restarting: runnel_supervisor_role_up says so
+      for (metrics::FamilyText& f : *scraped) all.push_back(std::move(f));
+    }
+    return metrics::WriteText(all);
+  }
+
+  bool Ready(std::string* why) const {
+    std::vector<std::string> not_ready;
+    for (const RoleSpec& role : roles_) {
+      StatusOr<bool> serving = grpcutil::HealthCheck(role.socket_path, kReadyDeadline);
+      if (!serving.ok()) {
+        not_ready.push_back(fmt::format("{} (no answer)", role.name));
+      } else if (!*serving) {
+        not_ready.push_back(fmt::format("{} (NOT_SERVING)", role.name));
+      }
+    }
+    if (not_ready.empty()) return true;
+    *why = fmt::format("not ready: {}", fmt::join(not_ready, ", "));
+    return false;
+  }
+
+ private:
+  const Supervisor* supervisor_;
+  const std::vector<RoleSpec> roles_;
+  metrics::MetricsService own_;       // the supervisor process's own metrics
+  metrics::Registry roles_registry_;  // per-role series, labelled by the role they are about
+};
 
 StatusOr<config::Config> LoadConfig(const std::string& path) {
   std::vector<std::string> warnings;
@@ -166,6 +229,7 @@ int RunNode(const std::string& config_path) {
   PosixLauncher launcher;
   GrpcHealthProbe probe(kProbeDeadline);
   SteadyTimeSource clock;
+  const std::vector<RoleSpec> role_specs = *specs;
   Supervisor supervisor(*std::move(specs), SupervisorOptions::FromConfig(*config), &launcher,
                         &probe, &clock);
   AdminService admin(&supervisor);
@@ -178,6 +242,22 @@ int RunNode(const std::string& config_path) {
   }
   logger->info("supervisor pid {}, config {}, run dir {}, admin socket {}", ::getpid(), *abs_config,
                run_dir, admin_socket);
+
+  std::unique_ptr<NodeHttp> node_http;
+  std::unique_ptr<metrics::HttpServer> http;
+  if (const std::string listener = config->GetString("runnel.http.listener"); !listener.empty()) {
+    node_http = std::make_unique<NodeHttp>(&supervisor, role_specs);
+    NodeHttp* h = node_http.get();
+    StatusOr<std::unique_ptr<metrics::HttpServer>> started = metrics::HttpServer::Start(
+        listener, {[h] { return h->Metrics(); }, [h](std::string* why) { return h->Ready(why); }});
+    if (!started.ok()) {
+      (*server)->Shutdown(std::chrono::system_clock::now());
+      ::unlink(admin_socket.c_str());
+      ::close(sfd);
+      return fail(started.status());
+    }
+    http = *std::move(started);
+  }
 
   supervisor.Start();
   while (!supervisor.done()) {
@@ -200,6 +280,7 @@ int RunNode(const std::string& config_path) {
     supervisor.Poll();
   }
 
+  http.reset();
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server->reset();
   ::unlink(admin_socket.c_str());

@@ -15,6 +15,9 @@ bool MetadataCache::Apply(const runnel::controller::MetadataUpdate& update) {
     // they pass it. Going back would make topics vanish for a moment, and the reconciler
     // would delete their logs.
     if (ready_ && update.offset() < offset_) return false;
+    for (auto& [name, t] : topics_) {
+      if (t.metrics) carried_metrics_[{name, t.id.ToString()}] = std::move(t.metrics);
+    }
     topics_.clear();
     name_by_id_.clear();
     brokers_.clear();
@@ -29,6 +32,7 @@ bool MetadataCache::Apply(const runnel::controller::MetadataUpdate& update) {
     ApplyRecord(record, changes);
     if (record.has_feature_level()) features_epoch_ = update.offset();
   }
+  carried_metrics_.clear();  // of topics the image no longer has
   offset_ = update.offset();
   ready_ = true;
   for (const auto& fn : change_listeners_) fn(changes);
@@ -68,8 +72,14 @@ void MetadataCache::ApplyRecord(const runnel::metadata::MetadataRecord& record,
     case R::kTopic: {
       const auto& r = record.topic();
       TopicInfo& t = topics_[r.name()];
+      const protocol::Uuid id = UuidFromBytes(r.topic_id());
+      if (!t.metrics || t.id != id) {
+        auto carried = carried_metrics_.find({r.name(), id.ToString()});
+        t.metrics = carried != carried_metrics_.end() ? std::move(carried->second)
+                                                      : std::make_shared<TopicMetrics>(r.name());
+      }
       t.name = r.name();
-      t.id = UuidFromBytes(r.topic_id());
+      t.id = id;
       name_by_id_[r.topic_id()] = r.name();
       changes.topics.insert(r.name());
       break;

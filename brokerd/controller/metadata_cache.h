@@ -8,12 +8,14 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "brokerd/broker_metrics.h"
 #include "common/protocol/messages.h"
 #include "proto/runnel/controller.pb.h"
 
@@ -43,6 +45,9 @@ struct TopicInfo {
   protocol::Uuid id;
   std::map<int32_t, PartitionInfo> partitions;
   std::map<std::string, std::string> configs;  // explicitly set ones
+  // Produce and fetch counters of the topic; a handler copies the pointer to keep them for a
+  // call in flight.
+  std::shared_ptr<TopicMetrics> metrics;
   bool internal() const { return IsInternalTopicName(name); }
 };
 
@@ -129,6 +134,9 @@ class MetadataCache {
   int32_t active_controller_ = -1;
   int64_t active_controller_epoch_ = -1;
   std::map<std::string, TopicInfo> topics_;
+  // While an image is applied: the topics' metrics from before it, by name and id, so that
+  // the counters of a topic still there carry on.
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<TopicMetrics>> carried_metrics_;
   std::map<std::string, std::string> name_by_id_;  // 16-byte id -> name
   std::map<int32_t, BrokerInfo> brokers_;
   std::map<std::string, int16_t> features_;

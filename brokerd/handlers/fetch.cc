@@ -70,6 +70,7 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
     int32_t leader_epoch = -1;
     // Filled by the latest attempt.
     FetchResponse::PartitionData out;
+    std::shared_ptr<TopicMetrics> metrics;  // the topic's, for the bytes sent
   };
 
   BrokerContext& broker;
@@ -322,7 +323,12 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
     deadline.Close();
     std::vector<FetchSession::Partition> created;
     if (create_session) created.reserve(parts.size());
+    ErrorCode first_error = ErrorCode::kNone;
     for (Part& p : parts) {
+      if (p.metrics != nullptr) {
+        p.metrics->bytes_out->Inc(p.out.records.SizeInBytes());
+      }
+      if (first_error == ErrorCode::kNone) first_error = p.out.error_code;
       if (session != nullptr && !session->Answered(p.topic, p.topic_id, p.out)) continue;
       if (create_session) {
         const bool ok = p.out.error_code == ErrorCode::kNone;
@@ -349,7 +355,9 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
           std::move(created), version >= kFirstTopicIdVersion, std::chrono::steady_clock::now());
       resp.session_id = made != nullptr ? made->id() : 0;
     }
-    respond(EncodeResponse(*ctx, resp));
+    Response r = EncodeResponse(*ctx, resp);
+    if (r.error == ErrorCode::kNone) r.error = first_error;
+    respond(std::move(r));
   }
 
   // Adds a partition to read: `topic` and `topic_id` as the consumer named them, `in` its
@@ -372,6 +380,7 @@ struct FetchOp : std::enable_shared_from_this<FetchOp> {
     part.in = in;
     part.error = error;
     if (info == nullptr) return;
+    part.metrics = info->metrics;
     const PartitionInfo* p = nullptr;
     part.error = CheckLocalPartition(broker, info, in.partition, in.current_leader_epoch, &p);
     if (p == nullptr && version >= kFirstTopicIdVersion) part.error = ErrorCode::kUnknownTopicId;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -249,6 +250,11 @@ Response EncodeResponseAt(const RequestContext& ctx, const Resp& body, int16_t v
   header.correlation_id = ctx.header.correlation_id;
   header.Encode(writer, protocol::ResponseHeaderVersion(ctx.header.api_key, version));
   body.Encode(writer, version);
+  if constexpr (requires { body.error_code; }) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(body.error_code)>, protocol::ErrorCode>) {
+      r.error = body.error_code;
+    }
+  }
   return r;
 }
 

@@ -128,7 +128,11 @@ struct Pending {
 
   void Done() {
     if (--outstanding > 0) return;
-    if (answer) return respond(EncodeResponse(*ctx, resp));
+    if (answer) {
+      Response r = EncodeResponse(*ctx, resp);
+      r.error = FirstError();
+      return respond(std::move(r));
+    }
     // acks=0 gets no answer; a failure closes the connection instead (Kafka's way of
     // telling such a producer to refresh its metadata).
     for (const auto& t : resp.responses) {
@@ -137,6 +141,15 @@ struct Pending {
       }
     }
     respond(Response::None());
+  }
+
+  ErrorCode FirstError() const {
+    for (const auto& t : resp.responses) {
+      for (const auto& p : t.partition_responses) {
+        if (p.error_code != ErrorCode::kNone) return p.error_code;
+      }
+    }
+    return ErrorCode::kNone;
   }
 };
 
@@ -173,6 +186,7 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
     storage::AppendPartition append;
     std::span<const uint8_t> records;  // in ctx's frame, which outlives the Append calls below
     std::optional<txn::ProducerIdAndEpoch> add_to_txn;  // v12+: added to the transaction first
+    std::shared_ptr<TopicMetrics> metrics;              // the topic's, counted once appended
   };
   std::vector<Work> work;
   bool transactional_without_id = false;
@@ -278,7 +292,7 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
       append.set_topic(topic.name);
       append.set_partition(partition.index);
       append.set_leader_epoch(p->leader_epoch);
-      work.push_back(Work{&out, std::move(append), *records, add_to_txn});
+      work.push_back(Work{&out, std::move(append), *records, add_to_txn, info->metrics});
     }
   }
 
@@ -288,10 +302,13 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
   const auto timeout = std::chrono::milliseconds(std::max(req.timeout_ms, 1000));
   auto append = [&broker, pending, version, timeout](Work& w) {
     auto* out = w.out;
+    const uint64_t bytes = w.records.size();
+    // The callback's captures were already past std::function's inline buffer: these two
+    // add no allocation, only the shared pointer's atomic increment.
     broker.appends.Append(
         std::move(w.append), w.records, timeout,
-        [pending, out, version](const grpc::Status& status,
-                                const storage::AppendPartitionResult& r) {
+        [pending, out, version, bytes, metrics = w.metrics](
+            const grpc::Status& status, const storage::AppendPartitionResult& r) {
           if (!status.ok()) {
             out->error_code = StorageCallError(status);
             if (version >= 8) out->error_message = status.error_message();
@@ -300,6 +317,11 @@ void HandleProduce(BrokerContext& broker, std::unique_ptr<RequestContext> ctx, R
             out->base_offset = r.base_offset();
             out->log_append_time_ms = r.log_append_time();
             out->log_start_offset = r.log_start_offset();
+            if (r.error_code() == 0 && metrics != nullptr && r.last_offset() >= r.base_offset()) {
+              metrics->bytes_in->Inc(bytes);
+              metrics->records_in->Inc(
+                  static_cast<uint64_t>(r.last_offset() - r.base_offset() + 1));
+            }
             if (r.error_code() != 0 && version >= 8) {
               if (!r.error_message().empty()) out->error_message = r.error_message();
               if (r.batch_index() >= 0) {

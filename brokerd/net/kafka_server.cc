@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "common/log/log.h"
@@ -103,6 +104,8 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     uint64_t seq;
     bool done = false;
     Response response;
+    int16_t api_key = -1;  // for the request metrics
+    std::chrono::steady_clock::time_point received{};
   };
 
   // A response queued for writing, with how much of it is written. Its parts, in order:
@@ -314,7 +317,8 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     request->connection_id = id_;
 
     uint64_t seq = next_seq_++;
-    slots_.push_back(Slot{seq, false, Response()});
+    slots_.push_back(
+        Slot{seq, false, Response(), request->header.api_key, std::chrono::steady_clock::now()});
     if (InFlight() >= server_->limits_.max_in_flight_per_connection) StopReading();
     std::weak_ptr<Connection> weak = shared_from_this();
     server_->dispatcher_.Dispatch(std::move(request), [weak, seq](Response response) {
@@ -326,6 +330,10 @@ class KafkaServer::Connection : public std::enable_shared_from_this<Connection> 
     if (closing_ || close_requested_) return;
     for (Slot& slot : slots_) {
       if (slot.seq == seq) {
+        if (server_ != nullptr) {
+          server_->request_metrics_.Record(
+              slot.api_key, std::chrono::steady_clock::now() - slot.received, response.error);
+        }
         slot.done = true;
         slot.response = std::move(response);
         break;
@@ -613,6 +621,8 @@ void KafkaServer::Accept(Listener* listener) {
   auto conn = std::make_shared<Connection>(this, next_connection_id_++, listener->name, fd);
   if (!conn->Init(loop_.raw())) return;  // its destructor closes the socket
   connections_[conn->id()] = conn;
+  connection_metrics_.accepted->Inc();
+  connection_metrics_.open->Set(static_cast<int64_t>(connections_.size()));
   int& from_ip = per_ip_[conn->ip()];
   ++from_ip;
   if (closed_ || static_cast<int64_t>(connections_.size()) > limits_.max_connections ||
@@ -620,6 +630,7 @@ void KafkaServer::Accept(Listener* listener) {
     kLog()->warn(
         "refusing connection from {}: {} connection limit reached", conn->ip(),
         from_ip > limits_.max_connections_per_ip ? "max.connections.per.ip" : "max.connections");
+    connection_metrics_.refused->Inc();
     conn->Close();
     return;
   }
@@ -628,6 +639,7 @@ void KafkaServer::Accept(Listener* listener) {
 
 void KafkaServer::Forget(uint64_t id, const std::string& ip) {
   connections_.erase(id);
+  connection_metrics_.open->Set(static_cast<int64_t>(connections_.size()));
   auto it = per_ip_.find(ip);
   if (it != per_ip_.end() && --it->second <= 0) per_ip_.erase(it);
 }

@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "brokerd/broker_metrics.h"
 #include "brokerd/net/event_loop.h"
 #include "brokerd/net/request.h"
 #include "brokerd/net/uv_handle.h"
@@ -89,6 +90,8 @@ class KafkaServer {
   std::unordered_map<std::string, int> per_ip_;
   uint64_t next_connection_id_ = 1;
   bool closed_ = false;
+  RequestMetrics request_metrics_;
+  ConnectionMetrics connection_metrics_;
 };
 
 }  // namespace runnel::brokerd

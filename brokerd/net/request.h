@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/protocol/error_code.h"
 #include "common/protocol/header.h"
 #include "common/protocol/wire.h"
 
@@ -88,9 +89,12 @@ struct Response {
   Kind kind = Kind::kSend;
   std::vector<uint8_t> bytes = std::vector<uint8_t>(kSizePrefixBytes);
   std::vector<protocol::FileInsert> inserts;
+  // For the request metrics only: the answer's top-level error code, or its first
+  // per-partition one where a handler says so (Produce, Fetch).
+  protocol::ErrorCode error = protocol::ErrorCode::kNone;
 
-  static Response Close() { return Response{Kind::kClose, {}, {}}; }
-  static Response None() { return Response{Kind::kNoResponse, {}, {}}; }
+  static Response Close() { return Response{Kind::kClose, {}, {}, protocol::ErrorCode::kNone}; }
+  static Response None() { return Response{Kind::kNoResponse, {}, {}, protocol::ErrorCode::kNone}; }
 };
 
 // Called exactly once per request, on the loop thread. Responses go out in request order

@@ -31,6 +31,13 @@ std::string ValidateListeners(std::string_view v) {
   return "";
 }
 
+std::string ValidateHttpListener(std::string_view v) {
+  if (v.empty()) return "";
+  auto parsed = ParseHttpListener(v);
+  if (!parsed.ok()) return std::string(parsed.status().message());
+  return "";
+}
+
 std::string ValidateRequiredListeners(std::string_view v) {
   if (SplitList(v).empty()) return "needs at least one listener";
   return ValidateListeners(v);
@@ -307,6 +314,10 @@ std::vector<KeyDef> Declare() {
        "not fit go in the call. 0: always in the call."},
       {"runnel.run.dir", KeyType::kPath, "./data/run", 0, 0,
        "Directory of the roles' Unix sockets (mode 0660) and pid files."},
+      {"runnel.http.listener", KeyType::kString, "", 0, 0,
+       "The node's HTTP port, http://host:port, serving Prometheus /metrics of every role, "
+       "/healthz and /readyz (the supervisor's, or a role's own when run alone). Empty: none.",
+       true, ValidateHttpListener},
       {"runnel.log.level", KeyType::kString, "info", 0, 0,
        "Log level: trace, debug, info, warn, error or off.", false, ValidateLogLevel},
       {"runnel.log.dir", KeyType::kString, "", 0, 0,

@@ -21,4 +21,12 @@ struct Listener {
 // security is supported so far.
 StatusOr<std::vector<Listener>> ParseListeners(std::string_view value);
 
+// The node's HTTP port, `runnel.http.listener`: http://host:port, host an IPv4 address,
+// a name, or [IPv6] (empty host: every address), port 1-65535.
+struct HttpListener {
+  std::string host;
+  int port = 0;
+};
+StatusOr<HttpListener> ParseHttpListener(std::string_view value);
+
 }  // namespace runnel::config

@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <set>
 
 #include "common/log/log.h"
+#include "common/metrics/metrics.h"
 #include "common/protocol/uuid.h"
 #include "common/util/big_endian.h"
 #include "storaged/log/checkpoints.h"
@@ -571,6 +573,45 @@ Status Log::RollLocked() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The storage metrics every log of the process adds to: series resolved once, then one
+// relaxed atomic add per event.
+struct LogMetrics {
+  metrics::Counter* appends;
+  metrics::Counter* append_errors;
+  metrics::Counter* appended_bytes;
+  metrics::Counter* appended_records;
+  metrics::Counter* flushes;
+  metrics::Histogram* flush_seconds;
+};
+
+const LogMetrics& Metrics() {
+  static const LogMetrics kMetrics = [] {
+    metrics::Registry& r = metrics::ProcessRegistry();
+    return LogMetrics{
+        r.AddCounter("runnel_storage_appends_total", "Appends to a partition log (one a call).")
+            .WithLabels({}),
+        r.AddCounter("runnel_storage_append_errors_total", "Appends refused or failed.")
+            .WithLabels({}),
+        r.AddCounter("runnel_storage_appended_bytes_total", "Bytes of batches appended.")
+            .WithLabels({}),
+        r.AddCounter("runnel_storage_appended_records_total", "Offsets assigned by appends.")
+            .WithLabels({}),
+        r.AddCounter("runnel_storage_flushes_total", "Flushes of a log to disk (fdatasync).")
+            .WithLabels({}),
+        r.AddHistogram("runnel_storage_flush_seconds",
+                       "Time of a log flush (fdatasync of its unflushed segments).", {})
+            .WithLabels({}),
+    };
+  }();
+  return kMetrics;
+}
+
+}  // namespace
+
+void RegisterLogMetrics() { Metrics(); }
+
 AppendResult Log::Append(std::span<uint8_t> records, int32_t leader_epoch, AppendOrigin origin,
                          int transaction_version) {
   const LogConfig cfg = config();
@@ -606,8 +647,13 @@ AppendResult Log::Append(std::span<uint8_t> records, int32_t leader_epoch, Appen
     result = AppendLocked(cfg, records, *batches, leader_epoch, origin, transaction_version,
                           &needs_flush);
   }
+  const LogMetrics& m = Metrics();
+  m.appends->Inc();
+  if (result.error != ErrorCode::kNone) m.append_errors->Inc();
   // A duplicate (nothing written, an empty range) changes nothing to notify or flush.
   if (result.error != ErrorCode::kNone || result.range.length == 0) return result;
+  m.appended_bytes->Inc(static_cast<uint64_t>(result.range.length));
+  m.appended_records->Inc(static_cast<uint64_t>(result.last_offset - result.base_offset + 1));
   Notify();
   if (needs_flush) {
     // A failure takes the log offline (FlushUpTo): this append is not acknowledged.
@@ -1214,12 +1260,16 @@ Status Log::FlushUpTo(int64_t offset) {
   // Everything appended so far is in the page cache: one fdatasync per segment covers it.
   int64_t target = log_end_offset_.load(std::memory_order_acquire);
   int64_t messages = appended_messages_.load();
+  const auto flush_start = std::chrono::steady_clock::now();
   for (const std::shared_ptr<Segment>& seg : SegmentsFrom(recovery_point_.load())) {
     if (Status flushed = seg->Flush(); !flushed.ok()) {
       GoOffline(flushed);
       return flushed;
     }
   }
+  Metrics().flushes->Inc();
+  Metrics().flush_seconds->Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - flush_start).count());
   recovery_point_.store(std::max(recovery_point_.load(), target));
   flush_count_.fetch_add(1);
   flushed_messages_snapshot_.store(messages);

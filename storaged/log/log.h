@@ -131,6 +131,10 @@ struct LoadReport {
   std::vector<std::string> notes;  // one line per thing cut or rebuilt
 };
 
+// Registers the storage counters every log adds to (appends, flushes and their latency), so
+// they are scraped as 0 before the first append.
+void RegisterLogMetrics();
+
 class Log {
  public:
   // Creates the directory (if needed) and partition.metadata, or loads an existing one.

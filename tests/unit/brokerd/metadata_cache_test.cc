@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -77,6 +79,45 @@ TEST(MetadataCacheTest, SnapshotReplacesEverything) {
   ASSERT_TRUE(cache.Apply(second));
   EXPECT_EQ(cache.FindTopic("old"), nullptr);
   EXPECT_EQ(cache.topics().size(), 1u);
+}
+
+// A topic's produce/fetch counters come and go with it, and live on across a metadata image
+// that still has it.
+TEST(MetadataCacheTest, TopicMetricsFollowTheTopic) {
+  auto bytes_in = [](const std::string& topic) -> std::optional<uint64_t> {
+    for (const metrics::FamilyText& f : metrics::ProcessRegistry().Collect()) {
+      if (f.name != "runnel_broker_topic_bytes_in_total") continue;
+      const std::string prefix = "runnel_broker_topic_bytes_in_total{topic=\"" + topic + "\"} ";
+      for (const std::string& line : f.samples) {
+        if (line.rfind(prefix, 0) == 0) return std::stoull(line.substr(prefix.size()));
+      }
+    }
+    return std::nullopt;
+  };
+  MetadataCache cache;
+  MetadataUpdate first = Update(1, true);
+  AddTopic(first, "metered", 1, 1);
+  AddTopic(first, "dropped", 2, 1);
+  ASSERT_TRUE(cache.Apply(first));
+  ASSERT_NE(cache.FindTopic("metered")->metrics, nullptr);
+  cache.FindTopic("metered")->metrics->bytes_in->Inc(7);
+  EXPECT_EQ(bytes_in("metered"), 7u);
+  EXPECT_EQ(bytes_in("dropped"), 0u);
+
+  MetadataUpdate image = Update(5, true);  // "dropped" is gone, "metered" stays
+  AddTopic(image, "metered", 1, 1);
+  ASSERT_TRUE(cache.Apply(image));
+  EXPECT_EQ(bytes_in("metered"), 7u);
+  EXPECT_EQ(bytes_in("dropped"), std::nullopt);
+
+  // Held by a call in flight when deleted: its series stays until that call lets go.
+  std::shared_ptr<TopicMetrics> held = cache.FindTopic("metered")->metrics;
+  MetadataUpdate remove = Update(6, false);
+  remove.add_records()->mutable_remove_topic()->set_topic_id(Id(1));
+  ASSERT_TRUE(cache.Apply(remove));
+  EXPECT_EQ(bytes_in("metered"), 7u);
+  held.reset();
+  EXPECT_EQ(bytes_in("metered"), std::nullopt);
 }
 
 // After a failover the watch may reconnect to a controller that has applied less: its image

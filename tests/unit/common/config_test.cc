@@ -175,6 +175,36 @@ TEST(QuorumVotersTest, AControllerMustBeAVoter) {
                   .ok());
 }
 
+TEST(HttpListenerTest, ParsesHostAndPortAndRefusesTheRest) {
+  auto local = ParseHttpListener("http://127.0.0.1:9644");
+  ASSERT_TRUE(local.ok());
+  EXPECT_EQ(local->host, "127.0.0.1");
+  EXPECT_EQ(local->port, 9644);
+  auto v6 = ParseHttpListener("http://[::1]:80/");
+  ASSERT_TRUE(v6.ok());
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->port, 80);
+  auto any = ParseHttpListener("http://:9644");
+  ASSERT_TRUE(any.ok());
+  EXPECT_EQ(any->host, "");
+  for (const char* bad : {"127.0.0.1:9644", "https://127.0.0.1:9644", "http://127.0.0.1",
+                          "http://127.0.0.1:0", "http://127.0.0.1:65536", "http://127.0.0.1:x",
+                          "http://::1:9644", "http://h/metrics:9644"}) {
+    EXPECT_FALSE(ParseHttpListener(bad).ok()) << bad;
+  }
+}
+
+TEST(HttpListenerTest, ABadValueStopsStartupNamingTheKey) {
+  std::vector<std::string> warnings;
+  auto config = Config::Parse("runnel.http.listener=localhost\n", &warnings);
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("runnel.http.listener=localhost"), std::string::npos)
+      << config.status().message();
+  auto off = Config::Parse("", &warnings);
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->GetString("runnel.http.listener"), "");
+}
+
 TEST(QuorumVotersTest, ABrokerOnlyNodeNeedsTheVotersAndAnIdOfItsOwn) {
   auto none = Config::Parse("node.id=5\nprocess.roles=broker\n", nullptr);
   ASSERT_FALSE(none.ok());
