@@ -17,6 +17,7 @@ from kafka_wire import NONE, UNKNOWN_TOPIC_OR_PARTITION, Connection, record_batc
 from test_quorum import ClusterCase
 
 NOT_ENOUGH_REPLICAS = 19
+NOT_LEADER_OR_FOLLOWER = 6
 SESSION_TIMEOUT_MS = 3000
 
 
@@ -36,20 +37,23 @@ class HonestIsrTest(ClusterCase):
         futures[name].result(timeout=20)
         # Every node's broker knows the topic's leaders before the test uses them.
         for node in self.nodes:
-            wait_until(lambda node=node: all(p.leader > 0 for p in
-                                             self.partitions(node, name).values()),
-                       20, f"{name}'s leaders known to node {node.node_id}")
+            def known(node=node):
+                parts = self.partitions(node, name)
+                return len(parts) == partitions and all(p.leader > 0 for p in parts.values())
+            wait_until(known, 20, f"{name}'s leaders known to node {node.node_id}")
 
     @staticmethod
     def produce(conn, acks, topic, value):
-        """One Produce v8 to partition 0, retried while the leader's storaged has not made
-        the new partition's log yet (UNKNOWN_TOPIC_OR_PARTITION, which clients retry)."""
+        """One Produce v8 to partition 0, retried while the leader has not made the new
+        partition's log yet (UNKNOWN_TOPIC_OR_PARTITION or NOT_LEADER_OR_FOLLOWER, which
+        clients retry)."""
         found = {}
 
         def answered():
             r = conn.produce(8, acks, topic, {0: record_batch([value], int(time.time() * 1000))})
             found["r"] = r[(topic, 0)]
-            return found["r"]["error"] != UNKNOWN_TOPIC_OR_PARTITION
+            return found["r"]["error"] not in (UNKNOWN_TOPIC_OR_PARTITION,
+                                                NOT_LEADER_OR_FOLLOWER)
         wait_until(answered, 20, f"an answer from {topic}-0's leader")
         return found["r"]
 
