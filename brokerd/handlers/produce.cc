@@ -135,12 +135,7 @@ struct Pending {
     }
     // acks=0 gets no answer; a failure closes the connection instead (Kafka's way of
     // telling such a producer to refresh its metadata).
-    for (const auto& t : resp.responses) {
-      for (const auto& p : t.partition_responses) {
-        if (p.error_code != ErrorCode::kNone) return respond(Response::Close());
-      }
-    }
-    respond(Response::None());
+    respond(FirstError() != ErrorCode::kNone ? Response::Close() : Response::None());
   }
 
   ErrorCode FirstError() const {
